@@ -1,0 +1,204 @@
+//! Checks that need more than the policy text: recursion-prone requirements against the
+//! effective state, sources of named objects, and directives outside the generated block.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+use crate::generate::{kbuild_file, read_kbuild, Plan};
+use crate::kbuild::{evaluate, instrumented_env, DecidedBy, Env, Evaluate, Oracle, Rules};
+use crate::makefile::{self, Condition, KbuildFile};
+use crate::mechanism::MechId;
+use crate::policy::{expand_variants, Policy, Requirement};
+
+/// Every check; `tree` is `None` when only the policy is checked (the plan then holds the
+/// rendered fragments).
+pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan) -> Diagnostics {
+    let mut diags = Diagnostics::default();
+    unread_mechanisms(policy, rules, &mut diags);
+    placeholder_reasons(policy, &mut diags);
+    if let Some(tree) = tree {
+        sources(policy, tree, plan, &mut diags);
+        outside_directives(plan, &mut diags);
+    }
+    for req in &policy.requirements {
+        requirement(req, rules, tree, plan, &mut diags);
+    }
+    diags
+}
+
+fn unread_mechanisms(policy: &Policy, rules: &Rules, diags: &mut Diagnostics) {
+    for unit in &policy.units {
+        for id in unit.settings.keys().filter(|id| rules.decision(**id).is_none()) {
+            diags.push(
+                Diagnostic::warning(Code::UnreadByTree, format!("this tree's Kbuild does not read `{id}`; the line has no effect"))
+                    .at(unit.setting_locations[id].clone())
+                    .hint(format!("{} is not evaluated by {}", id.get().title, rules.source)),
+            );
+        }
+    }
+}
+
+/// Imported units whose tree had no comment still need a reason written by a person.
+fn placeholder_reasons(policy: &Policy, diags: &mut Diagnostics) {
+    let placeholders: Vec<_> = policy.units.iter().filter(|u| u.why.starts_with(crate::import::PLACEHOLDER_REASON)).collect();
+    if let Some(first) = placeholders.first() {
+        diags.push(
+            Diagnostic::warning(Code::PlaceholderReason, format!("{} unit(s) still lack a real reason", placeholders.len()))
+                .at(first.location.clone())
+                .hint("replace each `TODO(sanpolicy import)` reason with why the unit is exempt"),
+        );
+    }
+}
+
+/// Every per-object unit must name an object that has a source (or a local rule building it).
+fn sources(policy: &Policy, tree: &Path, plan: &Plan, diags: &mut Diagnostics) {
+    for unit in &policy.units {
+        let Some(object) = &unit.path.object else { continue };
+        let dir = tree.join(&unit.path.kbuild_dir);
+        let makefile_text = plan.files.get(&unit.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or("");
+        let variants = expand_variants(object, &unit.vars);
+        let found = has_source(&dir, object, &unit.vars, makefile_text);
+        if !found && dir.is_dir() {
+            diags.push(
+                Diagnostic::error(Code::MissingSource, format!("no source for `{}`", unit.path.text))
+                    .at(unit.location.clone())
+                    .label(format!("looked for {}", variants.iter().map(|v| format!("`{}.{{c,S,rs}}`", v.trim_end_matches(".o"))).collect::<Vec<_>>().join(", ")))
+                    .hint("the exemption is dead: fix the object name or remove the unit"),
+            );
+        }
+    }
+}
+
+/// Whether `object` (relative to `dir`, with its variables expanded every declared way) has a
+/// `.c`, `.S` or `.rs` source, or a `.S` that the kbuild text builds with a local rule.
+pub fn has_source(dir: &Path, object: &str, vars: &std::collections::BTreeMap<String, Vec<String>>, kbuild_text: &str) -> bool {
+    expand_variants(object, vars).iter().any(|v| {
+        let stem = v.strip_suffix(".o").unwrap_or(v);
+        let name = stem.rsplit('/').next().unwrap_or(stem);
+        ["c", "S", "rs"].iter().any(|ext| dir.join(format!("{stem}.{ext}")).is_file()) || kbuild_text.contains(&format!("$(obj)/{name}.S"))
+    })
+}
+
+/// Directives outside the block: for a variable the block also sets they fight over the value
+/// (error); others are lines the policy does not know (warning: import them).
+fn outside_directives(plan: &Plan, diags: &mut Diagnostics) {
+    for file in plan.files.values() {
+        let text = &file.text;
+        let inside: BTreeSet<&str> = file.parsed.assignments.iter().filter(|a| a.in_block).map(|a| a.name.as_str()).collect();
+        for (i, _) in file.parsed.directives() {
+            let a = &file.parsed.assignments[i];
+            if a.in_block {
+                continue;
+            }
+            let loc = Location::at_line(&file.path, text, a.line);
+            diags.push(if inside.contains(a.name.as_str()) {
+                Diagnostic::error(Code::ConflictingDirective, format!("`{}` is set both here and in the generated block", a.name))
+                    .at(loc)
+                    .hint("the policy owns this variable: delete this hand-written line (or `sanpolicy import` it)")
+            } else {
+                Diagnostic::warning(Code::UnmanagedDirective, format!("`{}` is not in the policy", a.name))
+                    .at(loc)
+                    .hint("add it to the policy with a reason (`sanpolicy import --adopt` moves such lines), then regenerate")
+            });
+        }
+    }
+}
+
+/// Conditions decided one way for an "every configuration" walk.
+struct Atoms<'a> {
+    fixed: &'a HashMap<String, bool>,
+    mech_config: &'a str,
+}
+
+impl Oracle for Atoms<'_> {
+    fn decide(&mut self, c: &Condition, env: &Env) -> bool {
+        if let Some(v) = self.fixed.get(&c.text) {
+            return *v;
+        }
+        // A line guarded by the mechanism's own option applies whenever the mechanism does.
+        match (c.kind, c.args.first()) {
+            (makefile::CondKind::Ifdef, Some(a)) if a == self.mech_config => true,
+            (makefile::CondKind::Ifndef, Some(a)) if a == self.mech_config => false,
+            _ => Evaluate.decide(c, env),
+        }
+    }
+}
+
+/// The kbuild text the requirement is judged against: as generated, else as on disk.
+fn file_for(dir: &str, tree: Option<&Path>, plan: &Plan) -> Option<(std::path::PathBuf, KbuildFile)> {
+    if let Some(f) = plan.files.get(dir) {
+        return Some((f.path.clone(), f.parsed.clone()));
+    }
+    let path = kbuild_file(&tree?.join(dir))?;
+    let text = read_kbuild(&path).ok()?;
+    Some((path, makefile::parse(&text)))
+}
+
+fn requirement(req: &Requirement, rules: &Rules, tree: Option<&Path>, plan: &Plan, diags: &mut Diagnostics) {
+    let dir = &req.path.kbuild_dir;
+    let file = file_for(dir, tree, plan).map(|(_, f)| f).unwrap_or_default();
+    for (id, loc) in &req.exempt {
+        if let Some(failure) = first_instrumented(req, *id, &file, rules) {
+            let mut message = format!("`{}` must be exempt from `{id}` but {} is instrumented", req.path.text, failure.object);
+            if !failure.conditions.is_empty() {
+                message.push_str(&format!(" when {}", failure.conditions.join(" and ")));
+            }
+            let cause = match &failure.decided_by {
+                DecidedBy::Object(v) => format!("`{v}` turns it back on"),
+                DecidedBy::Directory(v) => format!("directory value `{v}` turns it on"),
+                _ => "nothing exempts it, so the kernel default applies".to_string(),
+            };
+            diags.push(
+                Diagnostic::error(Code::RecursionProne, message)
+                    .at(loc.clone())
+                    .label(cause)
+                    .hint(format!("add `{id}` to `skip` of the unit for `{}` (or of its directory): {}", req.path.text, req.why.lines().next().unwrap_or(""))),
+            );
+        }
+    }
+}
+
+struct Failure {
+    object: String,
+    conditions: Vec<String>,
+    decided_by: DecidedBy,
+}
+
+/// Walk every truth assignment of the conditions guarding this mechanism's lines (the
+/// mechanism's own option is taken as set) and find one where an object is instrumented.
+fn first_instrumented(req: &Requirement, id: MechId, file: &KbuildFile, rules: &Rules) -> Option<Failure> {
+    let directives: Vec<_> = file.directives().filter(|(_, d)| d.mech == id).collect();
+    let mut objects: Vec<String> = match &req.path.object {
+        Some(o) => vec![o.clone()],
+        None => {
+            let mut v = vec!["sanpolicy-any-object.o".to_string()];
+            v.extend(directives.iter().filter_map(|(_, d)| d.object.clone()).filter(|o| !o.contains('$') && !req.except.contains(o)));
+            v
+        }
+    };
+    objects.dedup();
+    let mut atoms: Vec<String> = directives.iter().flat_map(|(i, _)| file.assignments[*i].frames.iter().map(|f| f.condition.text.clone())).collect();
+    atoms.sort();
+    atoms.dedup();
+    atoms.truncate(10);
+    let mech_config = id.get().config;
+    for bits in 0u32..(1 << atoms.len()) {
+        let fixed: HashMap<String, bool> = atoms.iter().enumerate().map(|(i, a)| (a.clone(), bits & (1 << i) != 0)).collect();
+        let mut env = instrumented_env();
+        env.run(file, &mut Atoms { fixed: &fixed, mech_config });
+        for object in &objects {
+            let Some(e) = evaluate(rules, id, object, &env, true) else { continue };
+            if e.on {
+                let conditions = atoms.iter().filter(|a| !is_own_guard(a, mech_config)).map(|a| format!("`{a}` is {}", fixed[a])).collect();
+                let shown = if req.path.object.is_some() { req.path.text.clone() } else { format!("`{}{object}`", req.path.text) };
+                return Some(Failure { object: if req.path.object.is_some() { "it".into() } else { shown }, conditions, decided_by: e.decided_by });
+            }
+        }
+    }
+    None
+}
+
+fn is_own_guard(text: &str, mech_config: &str) -> bool {
+    text == format!("ifdef {mech_config}") || text == format!("ifndef {mech_config}")
+}

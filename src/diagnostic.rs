@@ -1,0 +1,322 @@
+//! One shape for every problem sanpolicy reports: a code, a severity, a message, a location
+//! (file:line:col with the byte span), and a hint saying how to fix it.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use codespan_reporting::diagnostic::{Diagnostic as CsDiagnostic, Label};
+use codespan_reporting::files::SimpleFiles;
+use codespan_reporting::term::{self, termcolor::Buffer};
+
+/// Every diagnostic code, with whether it means bad input (exit 2) or a finding (exit 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Code {
+    Io,
+    TomlSyntax,
+    UnknownKey,
+    WrongType,
+    MissingKey,
+    UnknownMechanism,
+    EmptyReason,
+    DuplicateUnit,
+    SkipAndForce,
+    BadPath,
+    BadCondition,
+    UnknownVariable,
+    Unsupported,
+    Rules,
+    MissingDirectory,
+    MissingKbuildFile,
+    BadMarker,
+    HandEditedBlock,
+    MissingSource,
+    ConflictingDirective,
+    UnmanagedDirective,
+    StaleFile,
+    Unrepresentable,
+    PlaceholderReason,
+    RecursionProne,
+    UnreadByTree,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Io => "io",
+            Code::TomlSyntax => "toml-syntax",
+            Code::UnknownKey => "unknown-key",
+            Code::WrongType => "wrong-type",
+            Code::MissingKey => "missing-key",
+            Code::UnknownMechanism => "unknown-mechanism",
+            Code::EmptyReason => "empty-reason",
+            Code::DuplicateUnit => "duplicate-unit",
+            Code::SkipAndForce => "skip-and-force",
+            Code::BadPath => "bad-path",
+            Code::BadCondition => "bad-condition",
+            Code::UnknownVariable => "unknown-variable",
+            Code::Unsupported => "unsupported",
+            Code::Rules => "rules",
+            Code::MissingDirectory => "missing-directory",
+            Code::MissingKbuildFile => "missing-kbuild-file",
+            Code::BadMarker => "bad-marker",
+            Code::HandEditedBlock => "hand-edited-block",
+            Code::MissingSource => "missing-source",
+            Code::ConflictingDirective => "conflicting-directive",
+            Code::UnmanagedDirective => "unmanaged-directive",
+            Code::StaleFile => "stale-file",
+            Code::Unrepresentable => "unrepresentable",
+            Code::PlaceholderReason => "placeholder-reason",
+            Code::RecursionProne => "recursion-prone",
+            Code::UnreadByTree => "unread-by-tree",
+        }
+    }
+
+    /// Bad input stops every command with exit code 2 before anything is written; findings
+    /// are what `check` exists to report (exit code 1).
+    pub fn is_bad_input(self) -> bool {
+        !matches!(
+            self,
+            Code::MissingSource
+                | Code::ConflictingDirective
+                | Code::UnmanagedDirective
+                | Code::StaleFile
+                | Code::Unrepresentable
+                | Code::PlaceholderReason
+                | Code::RecursionProne
+                | Code::UnreadByTree
+                | Code::HandEditedBlock
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// Where a diagnostic points: a file, 1-based line and column, and the byte span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub path: PathBuf,
+    pub line: usize,
+    pub col: usize,
+    pub span: Range<usize>,
+}
+
+impl Location {
+    pub fn from_span(path: &Path, text: &str, span: Range<usize>) -> Location {
+        let start = span.start.min(text.len());
+        let before = &text[..floor_char_boundary(text, start)];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let col = before[line_start..].chars().count() + 1;
+        Location { path: path.to_path_buf(), line, col, span }
+    }
+
+    /// A location at a whole line (1-based) of `text`.
+    pub fn at_line(path: &Path, text: &str, line: usize) -> Location {
+        let start: usize = text.split_inclusive('\n').take(line.saturating_sub(1)).map(str::len).sum();
+        let len = text[start..].find('\n').unwrap_or(text.len() - start);
+        Location::from_span(path, text, start..start + len)
+    }
+
+    /// A location for a file as a whole (no particular line).
+    pub fn file(path: &Path) -> Location {
+        Location { path: path.to_path_buf(), line: 0, col: 0, span: 0..0 }
+    }
+}
+
+fn floor_char_boundary(text: &str, mut index: usize) -> usize {
+    while !text.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}", self.path.display())
+        } else {
+            write!(f, "{}:{}:{}", self.path.display(), self.line, self.col)
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub code: Code,
+    pub severity: Severity,
+    pub message: String,
+    pub location: Option<Location>,
+    /// Short text under the caret.
+    pub label: Option<String>,
+    /// How to fix it.
+    pub hint: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn error(code: Code, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { code, severity: Severity::Error, message: message.into(), location: None, label: None, hint: None }
+    }
+
+    pub fn warning(code: Code, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(code, message) }
+    }
+
+    pub fn at(mut self, location: Location) -> Diagnostic {
+        self.location = Some(location);
+        self
+    }
+
+    pub fn label(mut self, label: impl Into<String>) -> Diagnostic {
+        self.label = Some(label.into());
+        self
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Diagnostic {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+
+    /// One line, for logs and tests: `path:line:col: error[code]: message`.
+    pub fn one_line(&self) -> String {
+        let sev = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        let place = self.location.as_ref().map(|l| format!("{l}: ")).unwrap_or_default();
+        format!("{place}{sev}[{}]: {}", self.code.as_str(), self.message)
+    }
+}
+
+/// A bag of diagnostics collected across a whole run (never stop at the first problem).
+#[derive(Debug, Default, Clone)]
+pub struct Diagnostics(pub Vec<Diagnostic>);
+
+impl Diagnostics {
+    pub fn push(&mut self, d: Diagnostic) {
+        self.0.push(d);
+    }
+
+    pub fn extend(&mut self, other: Diagnostics) {
+        self.0.extend(other.0);
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.0.iter().any(Diagnostic::is_error)
+    }
+
+    pub fn has_bad_input(&self) -> bool {
+        self.0.iter().any(|d| d.is_error() && d.code.is_bad_input())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.0.iter()
+    }
+
+    /// Stable order: by file, position, then code.
+    pub fn sorted(mut self) -> Diagnostics {
+        self.0.sort_by(|a, b| {
+            let key = |d: &Diagnostic| {
+                d.location.as_ref().map(|l| (l.path.clone(), l.line, l.col)).unwrap_or_default()
+            };
+            key(a).cmp(&key(b)).then(a.code.cmp(&b.code)).then(a.message.cmp(&b.message))
+        });
+        self.0.dedup();
+        self
+    }
+}
+
+/// Source texts for rendering snippets; files not inserted are read from disk on demand.
+#[derive(Debug, Default)]
+pub struct Sources {
+    texts: HashMap<PathBuf, String>,
+}
+
+impl Sources {
+    pub fn insert(&mut self, path: &Path, text: &str) {
+        self.texts.insert(path.to_path_buf(), text.to_string());
+    }
+
+    fn get(&mut self, path: &Path) -> Option<&str> {
+        if !self.texts.contains_key(path) {
+            let text = std::fs::read(path).ok()?;
+            self.texts.insert(path.to_path_buf(), String::from_utf8_lossy(&text).into_owned());
+        }
+        self.texts.get(path).map(String::as_str)
+    }
+}
+
+/// Render diagnostics the way rustc and cargo-deny do: code, message, `┌─ file:line:col`,
+/// the source line with a caret, then the hint.
+pub fn render(diags: &Diagnostics, sources: &mut Sources, color: bool) -> String {
+    let mut files = SimpleFiles::new();
+    let mut ids: HashMap<PathBuf, usize> = HashMap::new();
+    let mut buffer = if color { Buffer::ansi() } else { Buffer::no_color() };
+    let config = term::Config::default();
+    for d in diags.iter() {
+        let mut cs = match d.severity {
+            Severity::Error => CsDiagnostic::error(),
+            Severity::Warning => CsDiagnostic::warning(),
+        }
+        .with_code(d.code.as_str())
+        .with_message(&d.message);
+        if let Some(loc) = d.location.as_ref().filter(|l| l.line > 0) {
+            if let Some(text) = sources.get(&loc.path) {
+                let id = *ids
+                    .entry(loc.path.clone())
+                    .or_insert_with(|| files.add(loc.path.display().to_string(), text.to_string()));
+                let label = Label::primary(id, loc.span.clone());
+                cs = cs.with_labels(vec![match &d.label {
+                    Some(l) => label.with_message(l),
+                    None => label,
+                }]);
+            } else {
+                cs = cs.with_notes(vec![format!("at {loc}")]);
+            }
+        } else if let Some(loc) = &d.location {
+            cs = cs.with_notes(vec![format!("in {loc}")]);
+        }
+        if let Some(hint) = &d.hint {
+            // `with_notes` appends (codespan-reporting 0.12): pass only the new note.
+            cs = cs.with_notes(vec![format!("help: {hint}")]);
+        }
+        if term::emit(&mut buffer, &config, &files, &cs).is_err() {
+            // A span outside its file (the file changed since): fall back to one line.
+            use std::io::Write;
+            let _ = writeln!(buffer, "{}", d.one_line());
+        }
+    }
+    String::from_utf8_lossy(buffer.as_slice()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_and_column_are_one_based() {
+        let text = "a = 1\nbb = \"x\"\n";
+        let loc = Location::from_span(Path::new("p.toml"), text, 11..14);
+        assert_eq!((loc.line, loc.col), (2, 6));
+        let at = Location::at_line(Path::new("p.toml"), text, 2);
+        assert_eq!(&text[at.span.clone()], "bb = \"x\"");
+    }
+
+    #[test]
+    fn bad_input_and_findings_are_told_apart() {
+        assert!(Code::UnknownMechanism.is_bad_input());
+        assert!(!Code::RecursionProne.is_bad_input());
+    }
+}

@@ -1,0 +1,134 @@
+//! The generated block: markers from `templates/`, units grouped with their reasons as comments,
+//! conditions as `if…`/`endif`, and a checksum in the end marker that tells a stale block (safe
+//! to regenerate) from a hand-edited one (never overwritten silently).
+
+use super::directive_line;
+use crate::kbuild::Rules;
+use crate::makefile::{Block, KbuildFile};
+use crate::policy::Unit;
+
+const BEGIN_TEMPLATE: &str = include_str!("../../templates/kbuild-block-begin.txt");
+const END_TEMPLATE: &str = include_str!("../../templates/kbuild-block-end.txt");
+const FRAGMENT_TEMPLATE: &str = include_str!("../../templates/fragment-header.txt");
+
+/// The command named in markers: the same whichever front end wrote the block.
+pub const REGENERATE: &str = "sanpolicy gen-makefiles";
+
+/// FNV-1a over the block body: cheap, stable, and only meant to notice hand edits.
+pub fn checksum(body: &str) -> String {
+    let hash = body.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("{hash:016x}")
+}
+
+fn comment_lines(out: &mut String, text: &str) {
+    for line in text.lines() {
+        // A comment ending in `\` would continue onto the next line and swallow a directive.
+        let line = line.trim_end_matches(|c: char| c == '\\' || c.is_whitespace());
+        if line.is_empty() {
+            out.push_str("#\n");
+        } else {
+            out.push_str("# ");
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+}
+
+/// The body (between the markers) for the units of one directory, in policy order. Adjacent
+/// units with the same reason, links and conditions share one comment and one conditional.
+fn render_body(units: &[&Unit], rules: &Rules) -> String {
+    let mut out = String::new();
+    let same_group = |a: &Unit, b: &Unit| a.why == b.why && a.links == b.links && a.when == b.when;
+    for (i, unit) in units.iter().enumerate() {
+        let opens = i == 0 || !same_group(units[i - 1], unit);
+        let closes = i + 1 == units.len() || !same_group(unit, units[i + 1]);
+        if opens {
+            if i > 0 {
+                out.push('\n');
+            }
+            comment_lines(&mut out, &unit.why);
+            for link in &unit.links {
+                comment_lines(&mut out, &format!("see: {link}"));
+            }
+            for condition in &unit.when {
+                out.push_str(condition);
+                out.push('\n');
+            }
+        }
+        for (id, setting) in &unit.settings {
+            if let Some(line) = directive_line(*id, unit.path.object.as_deref(), *setting, rules.naming(*id)) {
+                out.push_str(&line);
+                out.push('\n');
+            }
+        }
+        if closes {
+            for _ in &unit.when {
+                out.push_str("endif\n");
+            }
+        }
+    }
+    out
+}
+
+/// The whole block, markers included, ending in a newline.
+pub fn render_block(units: &[&Unit], rules: &Rules) -> String {
+    let body = render_body(units, rules);
+    let begin = BEGIN_TEMPLATE.replace("{command}", REGENERATE);
+    let end = END_TEMPLATE.replace("{checksum}", &checksum(&body));
+    format!("{begin}{body}{end}")
+}
+
+/// A standalone fragment for `target/`: the do-not-edit header, then the block.
+pub fn render_fragment(units: &[&Unit], rules: &Rules, command: &str, policy: &str, dir: &str) -> String {
+    let header = FRAGMENT_TEMPLATE
+        .replace("{command}", command)
+        .replace("{policy}", policy)
+        .replace("{dir}", dir)
+        .replace("{units}", &units.len().to_string());
+    format!("{header}\n{}", render_block(units, rules))
+}
+
+/// Why a block cannot be replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpliceError {
+    /// Broken markers, at a 1-based line.
+    Markers(usize, String),
+    /// The body no longer matches its recorded checksum.
+    HandEdited(Block),
+}
+
+/// `existing` with its generated block replaced by `block` (appended when there is none;
+/// removed when `block` is empty). Hand edits are refused unless `force`.
+pub fn splice(existing: &str, parsed: &KbuildFile, block: &str, force: bool) -> Result<String, SpliceError> {
+    if let Some(p) = parsed.marker_problems.first() {
+        return Err(SpliceError::Markers(p.line, p.message.clone()));
+    }
+    match &parsed.block {
+        Some(b) => {
+            if !force && b.recorded_checksum.as_deref() != Some(checksum(&b.body).as_str()) {
+                return Err(SpliceError::HandEdited(b.clone()));
+            }
+            let mut out = String::with_capacity(existing.len() + block.len());
+            out.push_str(&existing[..b.byte_range.start]);
+            out.push_str(block);
+            let rest = &existing[b.byte_range.end..];
+            if block.is_empty() && out.ends_with("\n\n") && (rest.is_empty() || rest.starts_with('\n')) {
+                out.pop();
+            }
+            out.push_str(rest);
+            Ok(out)
+        }
+        None if block.is_empty() => Ok(existing.to_string()),
+        None => {
+            let mut out = existing.to_string();
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            if !out.is_empty() && !out.ends_with("\n\n") {
+                out.push('\n');
+            }
+            out.push_str(block);
+            Ok(out)
+        }
+    }
+}

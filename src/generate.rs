@@ -1,0 +1,171 @@
+//! Planning what `gen-makefiles` writes: the new text of every kbuild file the policy touches
+//! (or of every fragment under an output directory), computed and validated before anything is
+//! written.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use walkdir::WalkDir;
+
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+use crate::emit::{self, SpliceError};
+use crate::kbuild::Rules;
+use crate::makefile::{self, KbuildFile, BEGIN_MARKER};
+use crate::output::Change;
+use crate::policy::{Policy, Unit};
+
+/// The planned new state of one directory's kbuild file.
+#[derive(Debug, Clone)]
+pub struct PlannedFile {
+    pub path: PathBuf,
+    pub text: String,
+    pub parsed: KbuildFile,
+}
+
+/// Everything a generation would change, and the problems that stop it.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub changes: Vec<Change>,
+    pub diags: Diagnostics,
+    /// By directory (relative to the tree): the kbuild file as it would be after writing.
+    pub files: BTreeMap<String, PlannedFile>,
+}
+
+/// Directories never holding Kbuild rules for the kernel proper.
+const NOT_KBUILD: &[&str] = &[".git", "Documentation", "tools"];
+
+/// `Kbuild` shadows `Makefile` in the same directory, as in `scripts/Kbuild.include`.
+pub fn kbuild_file(dir: &Path) -> Option<PathBuf> {
+    ["Kbuild", "Makefile"].iter().map(|n| dir.join(n)).find(|p| p.is_file())
+}
+
+/// Read a kbuild file as UTF-8 with LF endings, or say why it cannot be used.
+pub fn read_kbuild(path: &Path) -> Result<String, Diagnostic> {
+    let bytes = std::fs::read(path).map_err(|e| Diagnostic::error(Code::Io, format!("cannot read `{}`: {e}", path.display())).at(Location::file(path)))?;
+    decode_kbuild(path, bytes)
+}
+
+/// Kbuild file bytes as UTF-8 text with LF endings, or why they cannot be used.
+pub fn decode_kbuild(path: &Path, bytes: Vec<u8>) -> Result<String, Diagnostic> {
+    let text = String::from_utf8(bytes).map_err(|e| {
+        Diagnostic::error(Code::Io, format!("`{}` is not UTF-8 (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to()))
+            .at(Location::file(path))
+            .hint("sanpolicy only edits UTF-8 kbuild files; fix the encoding first")
+    })?;
+    if let Some(i) = text.find('\r') {
+        return Err(Diagnostic::error(Code::Io, format!("`{}` has CRLF line endings", path.display()))
+            .at(Location::from_span(path, &text, i..i + 1))
+            .hint("Kbuild files use LF endings: convert with `dos2unix`"));
+    }
+    Ok(text)
+}
+
+fn units_by_dir(policy: &Policy) -> BTreeMap<&str, Vec<&Unit>> {
+    let mut map: BTreeMap<&str, Vec<&Unit>> = BTreeMap::new();
+    for u in &policy.units {
+        map.entry(u.path.kbuild_dir.as_str()).or_default().push(u);
+    }
+    map
+}
+
+/// Plan writing the policy's blocks into `tree`. With `sweep`, the whole tree is also searched for
+/// blocks in directories the policy no longer names (they are removed); without it only the
+/// policy's own directories are read, which is what a fast drift check needs.
+pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: bool) -> Plan {
+    let mut plan = Plan::default();
+    let by_dir = units_by_dir(policy);
+    for (dir, units) in &by_dir {
+        plan_dir(&mut plan, tree, dir, units, rules, force);
+    }
+    // Blocks left in directories the policy no longer names are removed.
+    let leftovers = if sweep { files_with_blocks(tree) } else { Vec::new() };
+    for path in leftovers {
+        let dir = path.parent().and_then(|d| d.strip_prefix(tree).ok()).map(|d| d.to_string_lossy().into_owned()).unwrap_or_default();
+        if !by_dir.contains_key(dir.as_str()) && kbuild_file(&tree.join(&dir)).as_deref() == Some(path.as_path()) {
+            plan_dir(&mut plan, tree, &dir, &[], rules, force);
+        }
+    }
+    plan
+}
+
+fn plan_dir(plan: &mut Plan, tree: &Path, dir: &str, units: &[&Unit], rules: &Rules, force: bool) {
+    let at = units.first().map(|u| u.location.clone());
+    let dir_path = tree.join(dir);
+    let located = |d: Diagnostic| match &at {
+        Some(l) => d.at(l.clone()),
+        None => d,
+    };
+    if !dir_path.is_dir() {
+        plan.diags.push(located(Diagnostic::error(Code::MissingDirectory, format!("directory `{dir}/` does not exist in the tree")).hint("fix the unit's path, or point `--tree` at the kernel tree it belongs to")));
+        return;
+    }
+    let Some(path) = kbuild_file(&dir_path) else {
+        plan.diags.push(located(Diagnostic::error(Code::MissingKbuildFile, format!("`{dir}/` has no `Kbuild` or `Makefile`")).hint("Kbuild only reads directories with a kbuild file; name the directory whose Makefile builds the object (`kbuild-dir`)")));
+        return;
+    };
+    let old = match read_kbuild(&path) {
+        Ok(t) => t,
+        Err(d) => return plan.diags.push(d),
+    };
+    let parsed = makefile::parse(&old);
+    let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
+    match emit::splice(&old, &parsed, &block, force) {
+        Ok(new) => {
+            let display = path.strip_prefix(tree).unwrap_or(&path).display().to_string();
+            let parsed_new = makefile::parse(&new);
+            plan.files.insert(dir.to_string(), PlannedFile { path: path.clone(), text: new.clone(), parsed: parsed_new });
+            plan.changes.push(Change { path, display, old: Some(old), new: Some(new) });
+        }
+        Err(SpliceError::Markers(line, message)) => plan.diags.push(
+            Diagnostic::error(Code::BadMarker, message)
+                .at(Location::at_line(&path, &old, line))
+                .hint("restore one begin and one end marker (or delete the block and regenerate)"),
+        ),
+        Err(SpliceError::HandEdited(b)) => plan.diags.push(
+            Diagnostic::error(Code::HandEditedBlock, "generated block was edited by hand")
+                .at(Location::at_line(&path, &old, b.begin_line))
+                .label("checksum in the end marker no longer matches")
+                .hint("move the change into the policy and rerun with `--force` to overwrite the block"),
+        ),
+    }
+}
+
+/// Kbuild files under `tree` that hold a generated block.
+fn files_with_blocks(tree: &Path) -> Vec<PathBuf> {
+    WalkDir::new(tree)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| e.depth() != 1 || !NOT_KBUILD.contains(&e.file_name().to_str().unwrap_or("")))
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file() && matches!(e.file_name().to_str(), Some("Makefile" | "Kbuild")))
+        .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(BEGIN_MARKER)))
+        .map(|e| e.into_path())
+        .collect()
+}
+
+/// Plan the standalone fragments under `out` (one `<dir>/sanpolicy.mk` per directory), removing
+/// fragments of directories the policy no longer names.
+pub fn plan_fragments(policy: &Policy, rules: &Rules, out: &Path, command: &str, policy_name: &str) -> Plan {
+    let mut plan = Plan::default();
+    let by_dir = units_by_dir(policy);
+    let mut wanted = Vec::new();
+    for (dir, units) in &by_dir {
+        let path = out.join(dir).join(FRAGMENT_NAME);
+        let text = emit::render_fragment(units, rules, command, policy_name, dir);
+        let old = std::fs::read_to_string(&path).ok();
+        let display = path.strip_prefix(out).unwrap_or(&path).display().to_string();
+        plan.files.insert(dir.to_string(), PlannedFile { path: path.clone(), parsed: makefile::parse(&text), text: text.clone() });
+        wanted.push(path.clone());
+        plan.changes.push(Change { path, display, old, new: Some(text) });
+    }
+    for entry in WalkDir::new(out).sort_by_file_name().into_iter().filter_map(Result::ok) {
+        let path = entry.path();
+        if entry.file_name() == FRAGMENT_NAME && !wanted.iter().any(|w| w == path) {
+            let display = path.strip_prefix(out).unwrap_or(path).display().to_string();
+            plan.changes.push(Change { path: path.to_path_buf(), display, old: std::fs::read_to_string(path).ok(), new: None });
+        }
+    }
+    plan
+}
+
+pub const FRAGMENT_NAME: &str = "sanpolicy.mk";

@@ -1,0 +1,14 @@
+//! Importing a kernel tree's scattered directives into a policy, in one pass over its kbuild
+//! files: every directive of every mechanism with its conditions and the comment above it as its
+//! reason; what the policy cannot represent is reported with file:line and left alone.
+
+mod adopt;
+mod scan;
+mod write;
+
+pub use adopt::adopt;
+pub use scan::{kbuild_files, scan, ImportedUnit, Scan, Taken};
+pub use write::policy_toml;
+
+/// Reason written for a unit whose directives have no comment in the tree; `check` counts these.
+pub const PLACEHOLDER_REASON: &str = "TODO(sanpolicy import): the tree gives no reason";

@@ -1,0 +1,327 @@
+//! The single pass: walk the tree, read every kbuild file, classify every directive.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use walkdir::WalkDir;
+
+use super::PLACEHOLDER_REASON;
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+use crate::generate::{decode_kbuild, kbuild_file};
+use crate::makefile::{self, Assignment, Directive, DirectiveValue, KbuildFile, Op};
+use crate::mechanism::{Form, MechId, MECHANISMS};
+use crate::policy::Setting;
+
+/// A unit as found in the tree, before it becomes a `[[unit]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportedUnit {
+    pub dir: String,
+    /// Relative to `dir`, as written (may hold `$(BITS)`); `None` for the directory.
+    pub object: Option<String>,
+    pub when: Vec<String>,
+    pub settings: BTreeMap<MechId, Setting>,
+    /// Distinct comments, in file order; empty when the tree gives none.
+    pub reasons: Vec<String>,
+    pub vars: BTreeMap<String, Vec<String>>,
+}
+
+impl ImportedUnit {
+    pub fn path(&self) -> String {
+        match &self.object {
+            Some(o) => format!("{}/{o}", self.dir),
+            None => format!("{}/", self.dir),
+        }
+    }
+
+    pub fn why(&self) -> String {
+        if self.reasons.is_empty() {
+            PLACEHOLDER_REASON.to_string()
+        } else {
+            self.reasons.join("\n\n")
+        }
+    }
+}
+
+/// The directives of one kbuild file that became policy units.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    pub path: PathBuf,
+    pub dir: String,
+    pub text: String,
+    pub parsed: KbuildFile,
+    /// Indices into `parsed.assignments`.
+    pub assignments: Vec<usize>,
+}
+
+/// What one pass over a tree found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub files_read: usize,
+    pub directives: usize,
+    pub units: Vec<ImportedUnit>,
+    pub taken: Vec<Taken>,
+    /// Unrepresentable and stale directives (warnings with file:line).
+    pub diags: Diagnostics,
+}
+
+const SKIPPED_TOP: &[&str] = &[".git", "Documentation", "tools"];
+
+fn is_kbuild_name(name: &str) -> bool {
+    name == "Makefile" || name == "Kbuild" || name.starts_with("Makefile.") || name.starts_with("Kbuild.") || name.ends_with(".mk")
+}
+
+/// Kbuild files under `tree`, sorted, outside Documentation/ and tools/.
+pub fn kbuild_files(tree: &Path) -> Vec<PathBuf> {
+    read_kbuild_files(tree, &[]).0.into_iter().map(|(p, _)| p).collect()
+}
+
+/// Kbuild files under `tree` with their bytes, sorted by path, keeping only files that contain
+/// one of `needles` (all files when there are none); also the number of kbuild files read. The tree is split at its second level and
+/// walked by one walkdir per piece on every core, since a kernel tree has ~90k entries.
+pub fn read_kbuild_files(tree: &Path, needles: &[&str]) -> (Vec<(PathBuf, Vec<u8>)>, usize) {
+    let finders: Vec<memchr::memmem::Finder> = needles.iter().map(|n| memchr::memmem::Finder::new(n.as_bytes())).collect();
+    let read = std::sync::atomic::AtomicUsize::new(0);
+    let wanted = |bytes: &[u8]| {
+        read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        finders.is_empty() || finders.iter().any(|f| f.find(bytes).is_some())
+    };
+    let mut shallow = Vec::new();
+    let mut pieces = Vec::new();
+    let top = WalkDir::new(tree).max_depth(2).into_iter().filter_entry(|e| e.depth() != 1 || !SKIPPED_TOP.contains(&e.file_name().to_str().unwrap_or("")));
+    for entry in top.filter_map(Result::ok) {
+        if entry.depth() == 2 && entry.file_type().is_dir() {
+            pieces.push(entry.into_path());
+        } else if entry.file_type().is_file() && entry.file_name().to_str().is_some_and(is_kbuild_name) {
+            shallow.push(entry.into_path());
+        }
+    }
+    let queue = std::sync::Mutex::new(pieces);
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut found: Vec<(PathBuf, Vec<u8>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    while let Some(dir) = queue.lock().ok().and_then(|mut q| q.pop()) {
+                        for entry in WalkDir::new(dir).into_iter().filter_map(Result::ok) {
+                            if entry.file_type().is_file() && entry.file_name().to_str().is_some_and(is_kbuild_name) {
+                                if let Ok(bytes) = std::fs::read(entry.path()) {
+                                    if wanted(&bytes) {
+                                        out.push((entry.into_path(), bytes));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+    });
+    for path in shallow {
+        if let Ok(bytes) = std::fs::read(&path) {
+            if wanted(&bytes) {
+                found.push((path, bytes));
+            }
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    (found, read.into_inner())
+}
+
+/// Words that every directive contains; files without any are not parsed at all.
+fn needles() -> Vec<&'static str> {
+    MECHANISMS
+        .iter()
+        .map(|m| match m.form {
+            Form::Variable { var, .. } => var,
+            Form::FlagRemoval { flags, .. } => flags.trim_start_matches("$(").trim_end_matches(')'),
+        })
+        .chain(["-pg"])
+        .collect()
+}
+
+/// Walk `tree` once and import every directive.
+pub fn scan(tree: &Path) -> Scan {
+    let needles = needles();
+    let mut out = Scan::default();
+    let mut units: Vec<ImportedUnit> = Vec::new();
+    let mut index: HashMap<(String, Option<String>, Vec<String>), usize> = HashMap::new();
+    let (files, read) = read_kbuild_files(tree, &needles);
+    out.files_read = read;
+    for (path, bytes) in files {
+        let text = match decode_kbuild(&path, bytes) {
+            Ok(t) => t,
+            Err(d) => {
+                out.diags.push(Diagnostic { severity: crate::diagnostic::Severity::Warning, ..d });
+                continue;
+            }
+        };
+        let parsed = makefile::parse(&text);
+        let dir = rel(tree, path.parent().unwrap_or(tree));
+        let mut taken = Vec::new();
+        for (i, d) in parsed.directives() {
+            out.directives += 1;
+            let a = &parsed.assignments[i];
+            if let Err(why) = representable(tree, &path, &parsed, a, &d) {
+                out.diags.push(
+                    Diagnostic::warning(Code::Unrepresentable, format!("`{}` not imported: {why}", a.name))
+                        .at(Location::at_line(&path, &text, a.line))
+                        .hint("left untouched in the Makefile; rewrite it by hand into a plain `:= n`/`:= y` line to import it"),
+                );
+                continue;
+            }
+            let DirectiveValue::Plain(setting) = d.value else { continue };
+            let when: Vec<String> = a.frames.iter().map(|f| f.condition.text.clone()).collect();
+            let key = (dir.clone(), d.object.clone(), when.clone());
+            let slot = *index.entry(key).or_insert_with(|| {
+                units.push(ImportedUnit { dir: dir.clone(), object: d.object.clone(), when, settings: BTreeMap::new(), reasons: Vec::new(), vars: BTreeMap::new() });
+                units.len() - 1
+            });
+            let unit = &mut units[slot];
+            unit.settings.insert(d.mech, setting);
+            if let Some(c) = a.comment.as_ref().map(|c| c.trim().to_string()).filter(|c| !c.is_empty()) {
+                if !unit.reasons.contains(&c) {
+                    unit.reasons.push(c);
+                }
+            }
+            if let Some(o) = &d.object {
+                for var in variables(o) {
+                    let values = variable_values(tree, &dir, &text, &var);
+                    unit.vars.insert(var, values);
+                }
+            }
+            taken.push(i);
+        }
+        if !taken.is_empty() {
+            out.taken.push(Taken { path, dir, text, parsed, assignments: taken });
+        }
+    }
+    stale(tree, &units, &out.taken, &mut out.diags);
+    // Units stay in tree order (file, then first line), so an adopted block reads like the
+    // lines it replaces.
+    out.units = units;
+    out
+}
+
+
+fn rel(tree: &Path, path: &Path) -> String {
+    path.strip_prefix(tree).unwrap_or(path).to_string_lossy().into_owned()
+}
+
+/// Why a directive cannot become a policy unit, or Ok.
+fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, d: &Directive) -> Result<(), String> {
+    let dir = path.parent().unwrap_or(tree);
+    if kbuild_file(dir).as_deref() != Some(path) {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        return Err(if name == "Makefile" { "a `Kbuild` file shadows this Makefile, so Kbuild never reads it".into() } else { format!("`{name}` is not the directory's kbuild file") });
+    }
+    if a.in_block {
+        return Err("already inside a sanpolicy generated block".into());
+    }
+    if d.value == DirectiveValue::Other {
+        return Err(format!("value `{}` is not a plain `n`/`y` or exactly the ftrace flags", a.value.escape_debug()));
+    }
+    if let Some(m) = a.modifiers.first() {
+        return Err(format!("`{m}` assignment"));
+    }
+    if a.continued {
+        return Err("continuation line".into());
+    }
+    if a.inline_comment.is_some() {
+        return Err("inline comment on the directive line".into());
+    }
+    if a.frames.iter().any(|f| f.in_else) {
+        return Err("inside an `else` branch".into());
+    }
+    if let Some(f) = a.frames.iter().find(|f| f.condition.args.is_empty()) {
+        return Err(format!("unreadable condition `{}`", f.condition.text));
+    }
+    let dir = rel(tree, dir);
+    let path_text = d.object.as_ref().map_or(format!("{dir}/"), |o| format!("{dir}/{o}"));
+    if let Err((why, _)) = crate::policy::UnitPath::parse(&path_text, None) {
+        return Err(why);
+    }
+    let assignments = parsed.assignments.iter().filter(|b| b.name == a.name).count();
+    if assignments > 1 {
+        return Err(format!("`{}` is assigned {assignments} times in this file", a.name));
+    }
+    match d.mech.get().form {
+        Form::Variable { .. } if !matches!(a.op, Op::Simple | Op::Recursive) => Err(format!("operator `{}`", a.op.as_str())),
+        Form::FlagRemoval { flags, .. } if a.value.trim() != flags => Err(format!("removes `{}` rather than `{flags}`", a.value.trim())),
+        _ => Ok(()),
+    }
+}
+
+fn variables(name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = name;
+    while let Some(i) = rest.find("$(") {
+        let after = &rest[i + 2..];
+        let end = after.find(')').unwrap_or(after.len());
+        out.push(after[..end].to_string());
+        rest = &after[end..];
+    }
+    out
+}
+
+/// Values a make variable takes: assignments in the same file, else in the architecture's
+/// top Makefile (`BITS := 32` / `BITS := 64` in `arch/x86/Makefile`).
+fn variable_values(tree: &Path, dir: &str, text: &str, var: &str) -> Vec<String> {
+    let mut values = assigned_values(text, var);
+    if values.is_empty() {
+        if let Some(arch) = dir.strip_prefix("arch/").and_then(|r| r.split('/').next()) {
+            if let Ok(t) = std::fs::read_to_string(tree.join("arch").join(arch).join("Makefile")) {
+                values = assigned_values(&t, var);
+            }
+        }
+    }
+    values.sort();
+    values.dedup();
+    values
+}
+
+fn assigned_values(text: &str, var: &str) -> Vec<String> {
+    makefile::parse(text)
+        .assignments
+        .iter()
+        .filter(|a| a.name == var && !a.value.trim().is_empty() && !a.value.contains('$'))
+        .map(|a| a.value.trim().to_string())
+        .collect()
+}
+
+/// Per-object directives whose object has no source in the directory are dead.
+fn stale(tree: &Path, units: &[ImportedUnit], taken: &[Taken], diags: &mut Diagnostics) {
+    for t in taken {
+        for &i in &t.assignments {
+            let a = &t.parsed.assignments[i];
+            let Some(d) = makefile::classify(a) else { continue };
+            let Some(object) = &d.object else { continue };
+            let unit = units.iter().find(|u| u.dir == t.dir && u.object.as_ref() == Some(object));
+            let vars = unit.map(|u| u.vars.clone()).unwrap_or_default();
+            if !crate::check::has_source(&tree.join(&t.dir), object, &vars, &t.text) {
+                diags.push(
+                    Diagnostic::warning(Code::MissingSource, format!("stale directive: no source for `{}/{object}`", t.dir))
+                        .at(Location::at_line(&t.path, &t.text, a.line))
+                        .hint("the exemption does nothing: fix the object name or drop the unit"),
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kbuild_names() {
+        for n in ["Makefile", "Kbuild", "Makefile.modfinal", "Kbuild.include", "x.mk"] {
+            assert!(is_kbuild_name(n), "{n}");
+        }
+        for n in ["Makefile~", "foo.c", "Kconfig"] {
+            assert!(!is_kbuild_name(n), "{n}");
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Writing imported units as a policy file with toml_edit: deterministic order, reasons kept
+//! verbatim as multi-line literal strings, one `[[unit]]` per object or directory.
+
+use toml_edit::{Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, Value};
+
+use super::ImportedUnit;
+use crate::mechanism::MechId;
+use crate::policy::Setting;
+
+/// The policy text for `units`; `header` becomes the leading comment.
+pub fn policy_toml(units: &[ImportedUnit], header: &str) -> String {
+    let mut doc = DocumentMut::new();
+    let mut tables = ArrayOfTables::new();
+    for unit in units {
+        tables.push(unit_table(unit));
+    }
+    doc.insert("unit", Item::ArrayOfTables(tables));
+    let mut text = String::new();
+    for line in header.lines() {
+        text.push_str(if line.is_empty() { "#" } else { "# " });
+        text.push_str(line);
+        text.push('\n');
+    }
+    text.push('\n');
+    text.push_str(&doc.to_string());
+    text
+}
+
+fn names(unit: &ImportedUnit, setting: Setting) -> Option<Value> {
+    let list: Array = unit.settings.iter().filter(|(_, s)| **s == setting).map(|(id, _)| MechId::get(*id).name).collect();
+    (!list.is_empty()).then(|| Value::Array(list))
+}
+
+fn unit_table(unit: &ImportedUnit) -> Table {
+    let mut t = Table::new();
+    t.insert("path", Item::Value(unit.path().into()));
+    if let Some(v) = names(unit, Setting::Skip) {
+        t.insert("skip", Item::Value(v));
+    }
+    if let Some(v) = names(unit, Setting::Force) {
+        t.insert("force", Item::Value(v));
+    }
+    match unit.when.as_slice() {
+        [] => {}
+        [one] => {
+            t.insert("when", Item::Value(one.as_str().into()));
+        }
+        many => {
+            t.insert("when", Item::Value(Value::Array(many.iter().map(String::as_str).collect())));
+        }
+    }
+    if !unit.vars.is_empty() {
+        let mut vars = InlineTable::new();
+        for (name, values) in &unit.vars {
+            vars.insert(name, Value::Array(values.iter().map(String::as_str).collect()));
+        }
+        t.insert("vars", Item::Value(Value::InlineTable(vars)));
+    }
+    t.insert("why", Item::Value(reason_value(&unit.why())));
+    t
+}
+
+/// A reason as a `'''` literal when it spans lines (readable, verbatim), else a plain string.
+fn reason_value(why: &str) -> Value {
+    let literal_ok = why.contains('\n') && !why.contains("'''") && !why.ends_with('\'') && why.chars().all(|c| c == '\n' || c == '\t' || !c.is_control());
+    if literal_ok {
+        let parsed: Result<DocumentMut, _> = format!("why = '''\n{why}'''\n").parse();
+        if let Some(v) = parsed.ok().and_then(|d| d.get("why").and_then(Item::as_value).cloned()) {
+            return v;
+        }
+    }
+    why.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn writes_a_policy_that_parses_back() {
+        let unit = ImportedUnit {
+            dir: "kernel".into(),
+            object: Some("kcov.o".into()),
+            when: vec!["ifdef CONFIG_X".into()],
+            settings: BTreeMap::from([(MechId::by_name("kasan").unwrap(), Setting::Skip), (MechId::by_name("gcov").unwrap(), Setting::Force)]),
+            reasons: vec!["Don't self-instrument.\nIt's \"recursive\" \\ here.".into()],
+            vars: BTreeMap::new(),
+        };
+        let text = policy_toml(&[unit], "Imported.");
+        let (policy, diags) = crate::policy::parse_str(std::path::Path::new("p.toml"), &text);
+        assert!(diags.is_empty(), "{diags:?}\n{text}");
+        let u = &policy.units[0];
+        assert_eq!(u.why, "Don't self-instrument.\nIt's \"recursive\" \\ here.");
+        assert_eq!(u.when, ["ifdef CONFIG_X"]);
+        assert!(text.contains("why = '''\nDon't"), "{text}");
+    }
+}

@@ -1,0 +1,319 @@
+//! A small GNU make evaluator: enough of variable assignment, expansion and conditionals to run a
+//! kbuild file's assignments the way make would, so that the resolver can read the values Kbuild's
+//! expressions see. Functions other than the few Kbuild uses in names expand to nothing, as an
+//! undefined `$(call …)` does in make.
+
+use std::collections::HashMap;
+
+use crate::makefile::{Condition, Event, KbuildFile, Op};
+
+#[derive(Debug, Clone)]
+struct Var {
+    value: String,
+    recursive: bool,
+}
+
+/// Variables after running a kbuild file.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    vars: HashMap<String, Var>,
+}
+
+/// Decides each conditional: by evaluating it, or by a chosen truth value (for "every config").
+pub trait Oracle {
+    fn decide(&mut self, condition: &Condition, env: &Env) -> bool;
+}
+
+/// Evaluate conditionals with make's rules against the current variables.
+pub struct Evaluate;
+
+impl Oracle for Evaluate {
+    fn decide(&mut self, condition: &Condition, env: &Env) -> bool {
+        condition.eval(&|t| env.expand(t), &|name| env.vars.get(name).is_some_and(|v| !v.value.is_empty()))
+    }
+}
+
+impl Env {
+    /// An environment with simple (`:=`) variables preset, like values from `auto.conf`.
+    pub fn with(preset: impl IntoIterator<Item = (String, String)>) -> Env {
+        let vars = preset.into_iter().map(|(k, v)| (k, Var { value: v, recursive: false })).collect();
+        Env { vars }
+    }
+
+    pub fn set(&mut self, name: &str, value: &str) {
+        self.vars.insert(name.to_string(), Var { value: value.to_string(), recursive: false });
+    }
+
+    /// Run every assignment of `file` in order, under the conditionals `oracle` lets through.
+    pub fn run(&mut self, file: &KbuildFile, oracle: &mut dyn Oracle) {
+        // Each level: (this branch is taken, some branch of this if/else chain was taken).
+        let mut stack: Vec<(bool, bool)> = Vec::new();
+        let active = |stack: &[(bool, bool)]| stack.iter().all(|(taken, _)| *taken);
+        for event in &file.events {
+            match event {
+                Event::If(c) => {
+                    let taken = active(&stack) && oracle.decide(c, self);
+                    stack.push((taken, taken));
+                }
+                Event::Else(chained) => {
+                    let Some((_, done)) = stack.pop() else { continue };
+                    let outer = active(&stack);
+                    let taken = !done && outer && chained.as_ref().is_none_or(|c| oracle.decide(c, self));
+                    stack.push((taken, done || taken));
+                }
+                Event::Endif => {
+                    stack.pop();
+                }
+                Event::Assign(i) if active(&stack) => {
+                    let a = &file.assignments[*i];
+                    self.assign(&self.expand(&a.name), a.op, &a.value);
+                }
+                Event::Assign(_) => {}
+            }
+        }
+    }
+
+    /// Apply one assignment as make does.
+    pub fn assign(&mut self, name: &str, op: Op, value: &str) {
+        let name = name.trim().to_string();
+        match op {
+            Op::Simple | Op::Immediate => {
+                let v = self.expand(value);
+                self.vars.insert(name, Var { value: v, recursive: false });
+            }
+            Op::Recursive => {
+                self.vars.insert(name, Var { value: value.to_string(), recursive: true });
+            }
+            Op::Conditional => {
+                self.vars.entry(name).or_insert(Var { value: value.to_string(), recursive: true });
+            }
+            Op::Append => {
+                let existing = self.vars.get(&name).cloned();
+                let var = match existing {
+                    // Make adds the separating blank only when the old value is non-empty.
+                    Some(old) if old.recursive => Var { value: join(&old.value, value), recursive: true },
+                    Some(old) => Var { value: join(&old.value, &self.expand(value)), recursive: false },
+                    None => Var { value: value.to_string(), recursive: true },
+                };
+                self.vars.insert(name, var);
+            }
+            Op::Shell => {
+                self.vars.insert(name, Var { value: String::new(), recursive: false });
+            }
+        }
+    }
+
+    /// The expanded value of a variable (empty when undefined).
+    pub fn value(&self, name: &str) -> String {
+        match self.vars.get(name) {
+            Some(v) if v.recursive => self.expand(&v.value),
+            Some(v) => v.value.clone(),
+            None => String::new(),
+        }
+    }
+
+    pub fn is_defined(&self, name: &str) -> bool {
+        self.vars.contains_key(name)
+    }
+
+    /// Expand `$(…)`, `${…}` and `$X` references.
+    pub fn expand(&self, text: &str) -> String {
+        self.expand_depth(text, 0)
+    }
+
+    fn expand_depth(&self, text: &str, depth: usize) -> String {
+        if depth > 64 || !text.contains('$') {
+            return text.to_string();
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(i) = rest.find('$') {
+            out.push_str(&rest[..i]);
+            let after = &rest[i + 1..];
+            let Some(open) = after.chars().next() else { break };
+            if open == '$' {
+                out.push('$');
+                rest = &after[1..];
+                continue;
+            }
+            if open != '(' && open != '{' {
+                out.push_str(&self.value_depth(&open.to_string(), depth));
+                rest = &after[open.len_utf8()..];
+                continue;
+            }
+            let close = if open == '(' { ')' } else { '}' };
+            let Some(end) = matching(after, open, close) else {
+                rest = "";
+                break;
+            };
+            out.push_str(&self.reference(&after[1..end], depth));
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    fn value_depth(&self, name: &str, depth: usize) -> String {
+        match self.vars.get(name) {
+            Some(v) if v.recursive => self.expand_depth(&v.value, depth + 1),
+            Some(v) => v.value.clone(),
+            None => String::new(),
+        }
+    }
+
+    /// The inside of one `$(…)`: a variable, or a function call.
+    fn reference(&self, inner: &str, depth: usize) -> String {
+        let (word, args) = match inner.find([' ', '\t']) {
+            Some(i) if !inner[..i].contains('$') => (&inner[..i], inner[i + 1..].trim_start()),
+            _ => (inner, ""),
+        };
+        if args.is_empty() && !inner.contains([' ', '\t']) {
+            let name = self.expand_depth(inner, depth + 1);
+            return self.value_depth(&name, depth);
+        }
+        let arg = |s: &str| self.expand_depth(s, depth + 1);
+        match word {
+            "if" => {
+                let parts = split_args(args, 3);
+                let cond = arg(parts[0].trim());
+                let pick = if !cond.trim().is_empty() { parts.get(1) } else { parts.get(2) };
+                pick.map(|p| arg(p)).unwrap_or_default()
+            }
+            "or" => split_args(args, usize::MAX).iter().map(|p| arg(p)).find(|v| !v.trim().is_empty()).unwrap_or_default(),
+            "and" => {
+                let mut last = String::new();
+                for p in split_args(args, usize::MAX) {
+                    last = arg(p);
+                    if last.trim().is_empty() {
+                        return String::new();
+                    }
+                }
+                last
+            }
+            "patsubst" => {
+                let parts = split_args(args, 3);
+                let (pat, rep, list) = (arg(parts[0]), arg(parts.get(1).copied().unwrap_or("")), arg(parts.get(2).copied().unwrap_or("")));
+                list.split_whitespace().map(|w| patsubst(&pat, &rep, w)).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ")
+            }
+            "filter" | "filter-out" => {
+                let parts = split_args(args, 2);
+                let pats = arg(parts[0]);
+                let list = arg(parts.get(1).copied().unwrap_or(""));
+                let keep = word == "filter";
+                list.split_whitespace()
+                    .filter(|w| pats.split_whitespace().any(|p| pattern_match(p, w).is_some()) == keep)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+            "strip" => arg(args).split_whitespace().collect::<Vec<_>>().join(" "),
+            _ => String::new(),
+        }
+    }
+}
+
+fn join(old: &str, new: &str) -> String {
+    if old.is_empty() {
+        new.to_string()
+    } else if new.is_empty() {
+        // Make 4.3 leaves the value alone (no blank) when the appended text is empty.
+        old.to_string()
+    } else {
+        format!("{old} {new}")
+    }
+}
+
+/// Index of the parenthesis closing the one at `s[0]`.
+fn matching(s: &str, open: char, close: char) -> Option<usize> {
+    let mut depth = 0;
+    for (i, c) in s.char_indices() {
+        if c == open {
+            depth += 1;
+        } else if c == close {
+            depth -= 1;
+            if depth == 0 {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
+
+/// Split function arguments at top-level commas, at most `n` parts.
+fn split_args(s: &str, n: usize) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut depth = 0;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' | '{' => depth += 1,
+            ')' | '}' => depth -= 1,
+            ',' if depth == 0 && parts.len() + 1 < n => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+/// The stem matched by a `%` pattern, or the whole word for an exact match.
+fn pattern_match<'w>(pattern: &str, word: &'w str) -> Option<&'w str> {
+    match pattern.split_once('%') {
+        Some((pre, post)) => word.strip_prefix(pre)?.strip_suffix(post),
+        None => (pattern == word).then_some(word),
+    }
+}
+
+fn patsubst(pattern: &str, replacement: &str, word: &str) -> String {
+    match pattern_match(pattern, word) {
+        Some(stem) if pattern.contains('%') => replacement.replacen('%', stem, 1),
+        Some(_) => replacement.to_string(),
+        None => word.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::makefile::parse;
+
+    #[test]
+    fn assignments_follow_make() {
+        let f = parse("A := x\nA += y\nB = $(C)\nC := late\nD += n\nE ?= 1\nE ?= 2\nV := $(A)$(B)\n");
+        let mut env = Env::default();
+        env.run(&f, &mut Evaluate);
+        assert_eq!(env.value("A"), "x y");
+        assert_eq!(env.value("B"), "late");
+        assert_eq!(env.value("D"), "n", "+= on an undefined variable adds no blank");
+        let f = parse("S := n\nS +=\nT = n\nT +=\nU := n\nU += $(EMPTY)\nW = n\nW += $(EMPTY)\n");
+        env.run(&f, &mut Evaluate);
+        let appended: Vec<String> = ["S", "T", "U", "W"].iter().map(|v| env.value(v)).collect();
+        assert_eq!(appended, ["n", "n", "n", "n "], "appending nothing adds no blank (W appends unexpanded text)");
+        assert_eq!(env.value("E"), "1");
+        assert_eq!(env.value("V"), "x ylate");
+    }
+
+    #[test]
+    fn conditionals_and_names_with_references() {
+        let f = parse("ifdef CONFIG_A\nX_$(BITS).o := n\nelse ifeq ($(CONFIG_B),y)\nX := b\nelse\nX := c\nendif\n");
+        let mut env = Env::with([("BITS".into(), "64".into()), ("CONFIG_B".into(), "y".into())]);
+        env.run(&f, &mut Evaluate);
+        assert_eq!((env.value("X_64.o"), env.value("X")), (String::new(), "b".to_string()));
+        env.set("CONFIG_A", "y");
+        env.run(&f, &mut Evaluate);
+        assert_eq!(env.value("X_64.o"), "n");
+    }
+
+    #[test]
+    fn functions_kbuild_uses() {
+        let env = Env::with([("L".into(), "ny".into()), ("K".into(), String::new())]);
+        assert_eq!(env.expand("$(patsubst n%,,$(L))"), "", "`ny` is one word starting with n");
+        assert_eq!(env.expand("$(patsubst n%,,yn $(L))"), "yn");
+        assert_eq!(env.expand("$(patsubst n%,, n no)"), "");
+        assert_eq!(env.expand("$(if $(K),a,b)"), "b");
+        assert_eq!(env.expand("$(filter-out y%, yes n)"), "n");
+        assert_eq!(env.expand("$(call cc-option,-x)"), "");
+    }
+}

@@ -1,0 +1,10 @@
+//! Kbuild semantics: the tree's rules, a make evaluator for kbuild files, and the resolver that
+//! gives the effective state of any object for any mechanism.
+
+pub mod eval;
+pub mod resolve;
+pub mod rules;
+
+pub use eval::{Env, Evaluate, Oracle};
+pub use resolve::{evaluate, instrumented_env, DecidedBy, Evaluation};
+pub use rules::{Decision, DecisionKind, Naming, Rules, Term};

@@ -1,0 +1,326 @@
+//! The tree's own Kbuild rules: for each mechanism, the decision expression in
+//! `scripts/Makefile.lib` (or `Makefile.build`), how it names objects (`$(target-stem)` since
+//! 6.12's tool-coverage rework, `$(basetarget)` before) and what it falls back to
+//! (`y`, `$(is-kernel-object)`, a `CONFIG_*_ALL` switch). Read from the tree, never assumed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+use crate::mechanism::{Form, MechId, Polarity};
+
+/// How a per-object variable name is derived from the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// `$(basename $(patsubst $(obj)/%,%,$@))`: path relative to the directory (6.12).
+    TargetStem,
+    /// `$(basename $(notdir $@))`: file name only, matching same-named objects in subdirectories (6.1).
+    Basetarget,
+}
+
+impl Naming {
+    pub fn make_name(self) -> &'static str {
+        match self {
+            Naming::TargetStem => "target-stem",
+            Naming::Basetarget => "basetarget",
+        }
+    }
+
+    /// The stem this naming gives an object written relative to its directory (`sub/foo.o`).
+    pub fn stem(self, object: &str) -> String {
+        let base = object.strip_suffix(".o").unwrap_or(object);
+        match self {
+            Naming::TargetStem => base.to_string(),
+            Naming::Basetarget => base.rsplit('/').next().unwrap_or(base).to_string(),
+        }
+    }
+}
+
+/// One piece of the concatenation Kbuild tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Term {
+    /// `$(VAR_$(naming).o)`
+    PerObject(String),
+    /// `$(VAR)`
+    Directory(String),
+    /// `$(CONFIG_X)`
+    Config(String),
+    /// `$(is-kernel-object)`
+    KernelObject,
+    /// `$(if $(is-kernel-object),…)`
+    IfKernelObject(Vec<Term>),
+    /// Literal text (`y`, `n`).
+    Literal(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecisionKind {
+    /// Concatenate the terms, then test the words with the polarity; `gated`: the result is
+    /// also ANDed with `$(is-kernel-object)` (objtool in 6.12).
+    Chain { polarity: Polarity, terms: Vec<Term>, gated: bool },
+    /// `_c_flags` filters out per-object and directory removals, then appends per-object flags.
+    Flags,
+}
+
+/// How the tree decides one mechanism.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub naming: Naming,
+    pub kind: DecisionKind,
+    /// The make expression, verbatim with continuations joined.
+    pub expression: String,
+    /// Where it is written.
+    pub file: String,
+    pub line: usize,
+}
+
+/// The rules of one tree (or the built-in ones).
+#[derive(Debug, Clone)]
+pub struct Rules {
+    /// Where they were read from, for "which rules were picked".
+    pub source: String,
+    pub decisions: BTreeMap<MechId, Decision>,
+}
+
+const BUILTIN: &str = include_str!("builtin/linux-6.12.mk");
+
+impl Rules {
+    /// The rules of Linux 6.12, used when no tree is given.
+    pub fn builtin() -> Rules {
+        let (rules, diags) = Rules::from_texts("built-in Linux 6.12 rules", &|_| Some((PathBuf::from("builtin/linux-6.12.mk"), BUILTIN.to_string())));
+        debug_assert!(diags.is_empty(), "{diags:?}");
+        rules
+    }
+
+    /// Read the rules from a kernel tree's `scripts/`.
+    pub fn from_tree(tree: &Path) -> (Rules, Diagnostics) {
+        let read = |file: &str| {
+            let path = tree.join(file);
+            std::fs::read_to_string(&path).ok().map(|t| (path, t))
+        };
+        Rules::from_texts(&format!("{}/scripts (the tree's own rules)", tree.display()), &read)
+    }
+
+    fn from_texts(source: &str, read: &dyn Fn(&str) -> Option<(PathBuf, String)>) -> (Rules, Diagnostics) {
+        let mut diags = Diagnostics::default();
+        let mut decisions = BTreeMap::new();
+        let mut cache: BTreeMap<&str, Option<(PathBuf, String)>> = BTreeMap::new();
+        for id in MechId::all() {
+            let m = id.get();
+            let Some((path, text)) = cache.entry(m.rules_file).or_insert_with(|| read(m.rules_file)).clone() else {
+                diags.push(
+                    Diagnostic::error(Code::Rules, format!("cannot read `{}`", m.rules_file))
+                        .hint("point `--tree` at the top of a Linux source tree"),
+                );
+                continue;
+            };
+            match find_decision(id, &text) {
+                Some(Ok((mut d, line))) => {
+                    d.file = m.rules_file.to_string();
+                    d.line = line;
+                    decisions.insert(id, d);
+                }
+                Some(Err(message)) => diags.push(Diagnostic::error(Code::Rules, message).at(Location::file(&path)).hint("sanpolicy does not understand this Kbuild version's rules; please report it")),
+                None => {} // this kernel does not read the variable (e.g. UBSAN_SIGNED_WRAP before 6.12)
+            }
+        }
+        if cache.values().any(Option::is_none) {
+            decisions.clear();
+        }
+        (Rules { source: source.to_string(), decisions }, diags.sorted())
+    }
+
+    pub fn decision(&self, id: MechId) -> Option<&Decision> {
+        self.decisions.get(&id)
+    }
+
+    /// The naming used for `id` (target-stem when the tree does not read the mechanism).
+    pub fn naming(&self, id: MechId) -> Naming {
+        self.decision(id).map_or(Naming::TargetStem, |d| d.naming)
+    }
+
+    /// One line per rule picked, for humans.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = vec![format!("rules from {}", self.source)];
+        for (id, d) in &self.decisions {
+            let default = match &d.kind {
+                DecisionKind::Chain { terms, gated, .. } => {
+                    let tail: Vec<String> = terms.iter().filter(|t| !matches!(t, Term::PerObject(_) | Term::Directory(_))).map(term_text).collect();
+                    format!("default {}{}", tail.join(""), if *gated { ", only for kernel objects" } else { "" })
+                }
+                DecisionKind::Flags => "flag removal".to_string(),
+            };
+            out.push(format!("  {:<18} names $({}), {} ({}:{})", id.get().name, d.naming.make_name(), default, d.file, d.line));
+        }
+        out
+    }
+}
+
+fn term_text(t: &Term) -> String {
+    match t {
+        Term::PerObject(v) => format!("$({v}_<obj>.o)"),
+        Term::Directory(v) => format!("$({v})"),
+        Term::Config(c) => format!("$({c})"),
+        Term::KernelObject => "$(is-kernel-object)".into(),
+        Term::IfKernelObject(ts) => format!("$(if $(is-kernel-object),{})", ts.iter().map(term_text).collect::<String>()),
+        Term::Literal(l) => l.clone(),
+    }
+}
+
+/// Logical lines (continuations joined with one blank) with their first physical line.
+fn logical_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for (i, line) in text.lines().enumerate() {
+        let (body, cont) = match line.strip_suffix('\\') {
+            Some(b) => (b, true),
+            None => (line, false),
+        };
+        let entry = current.get_or_insert_with(|| (i + 1, String::new()));
+        if !entry.1.is_empty() {
+            entry.1 = format!("{} {}", entry.1.trim_end(), body.trim_start());
+        } else {
+            entry.1.push_str(body);
+        }
+        if !cont {
+            out.extend(current.take());
+        }
+    }
+    out.extend(current);
+    out
+}
+
+fn find_decision(id: MechId, text: &str) -> Option<Result<(Decision, usize), String>> {
+    let m = id.get();
+    let lines = logical_lines(text);
+    match m.form {
+        Form::Variable { var, polarity, .. } => {
+            let needle = format!("$({var}_$(");
+            let (line, logical) = lines.iter().find(|(_, l)| l.contains(&needle) && !l.trim_start().starts_with('#'))?;
+            Some(chain_decision(var, polarity, logical, &needle).map(|d| (d, *line)))
+        }
+        Form::FlagRemoval { remove_prefix, .. } => {
+            let needle = format!("$(filter-out $({remove_prefix}$(");
+            let (line, logical) = lines.iter().find(|(_, l)| l.contains(&needle))?;
+            let naming = naming_after(&logical[logical.find(&needle)? + needle.len()..])?;
+            let expression = logical.split_once('=').map_or(logical.as_str(), |(_, r)| r).trim().to_string();
+            Some(Ok((Decision { naming, kind: DecisionKind::Flags, expression, file: String::new(), line: 0 }, *line)))
+        }
+    }
+}
+
+fn naming_after(s: &str) -> Option<Naming> {
+    if s.starts_with("target-stem)") {
+        Some(Naming::TargetStem)
+    } else if s.starts_with("basetarget)") {
+        Some(Naming::Basetarget)
+    } else {
+        None
+    }
+}
+
+fn chain_decision(var: &str, polarity: Polarity, logical: &str, needle: &str) -> Result<Decision, String> {
+    let at = logical.find(needle).unwrap_or(0);
+    let prefix = match polarity {
+        Polarity::OffIfAllN => "$(patsubst n%,,",
+        Polarity::SkipIfAllY => "$(filter-out y%,",
+    };
+    let start = logical[..at].rfind(prefix).ok_or_else(|| format!("`{var}` is not tested with `{prefix}…)`"))?;
+    let len = close_paren(&logical[start + 1..]).ok_or_else(|| format!("unbalanced expression for `{var}`"))?;
+    let expression = logical[start..start + 1 + len + 1].to_string();
+    let operand = &expression[prefix.len()..expression.len() - 1];
+    let terms = parse_terms(operand)?;
+    let naming = naming_after(&logical[at + needle.len()..]).ok_or_else(|| format!("unknown object naming in `{var}`"))?;
+    let gated = logical[start + expression.len()..].trim_start().starts_with(",$(is-kernel-object)");
+    Ok(Decision { naming, kind: DecisionKind::Chain { polarity, terms, gated }, expression, file: String::new(), line: 0 })
+}
+
+/// Index of the `)` closing the `(` at `s[0]`.
+fn close_paren(s: &str) -> Option<usize> {
+    let mut depth = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn parse_terms(mut s: &str) -> Result<Vec<Term>, String> {
+    let mut terms = Vec::new();
+    while !s.is_empty() {
+        if let Some(after) = s.strip_prefix("$(") {
+            let end = close_paren(&s[1..]).ok_or("unbalanced `$(`")?;
+            let inner = &after[..end - 1];
+            terms.push(parse_reference(inner)?);
+            s = &s[end + 2..];
+        } else {
+            let end = s.find('$').unwrap_or(s.len());
+            let literal = s[..end].trim();
+            if !literal.is_empty() {
+                terms.push(Term::Literal(literal.to_string()));
+            }
+            s = &s[end..];
+        }
+    }
+    Ok(terms)
+}
+
+fn parse_reference(inner: &str) -> Result<Term, String> {
+    if inner == "is-kernel-object" {
+        return Ok(Term::KernelObject);
+    }
+    if let Some(rest) = inner.strip_prefix("if $(is-kernel-object),") {
+        return Ok(Term::IfKernelObject(parse_terms(rest)?));
+    }
+    if let Some(var) = inner.split_once("_$(").filter(|(_, r)| naming_after(r).is_some() && r.ends_with(").o")).map(|(v, _)| v) {
+        return Ok(Term::PerObject(var.to_string()));
+    }
+    if inner.starts_with("CONFIG_") {
+        return Ok(Term::Config(inner.to_string()));
+    }
+    if !inner.is_empty() && inner.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+        return Ok(Term::Directory(inner.to_string()));
+    }
+    Err(format!("unrecognised term `$({inner})` in a decision expression"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mechanism::MECHANISMS;
+
+    #[test]
+    fn builtin_rules_cover_every_mechanism() {
+        let rules = Rules::builtin();
+        assert_eq!(rules.decisions.len(), MECHANISMS.len());
+        let kasan = rules.decision(MechId::by_name("kasan").unwrap()).unwrap();
+        assert_eq!(kasan.naming, Naming::TargetStem);
+        assert_eq!(
+            kasan.kind,
+            DecisionKind::Chain {
+                polarity: Polarity::OffIfAllN,
+                terms: vec![Term::PerObject("KASAN_SANITIZE".into()), Term::Directory("KASAN_SANITIZE".into()), Term::KernelObject],
+                gated: false
+            }
+        );
+        let objtool = rules.decision(MechId::by_name("objtool").unwrap()).unwrap();
+        assert!(matches!(objtool.kind, DecisionKind::Chain { gated: true, polarity: Polarity::SkipIfAllY, .. }));
+        let kcov = rules.decision(MechId::by_name("kcov").unwrap()).unwrap();
+        assert!(matches!(&kcov.kind, DecisionKind::Chain { terms, .. } if terms[2] == Term::IfKernelObject(vec![Term::Config("CONFIG_KCOV_INSTRUMENT_ALL".into())])));
+    }
+
+    #[test]
+    fn stems_follow_the_naming() {
+        assert_eq!(Naming::TargetStem.stem("vdso32/note.o"), "vdso32/note");
+        assert_eq!(Naming::Basetarget.stem("vdso32/note.o"), "note");
+        assert_eq!(Naming::TargetStem.stem("switch.nvhe.o"), "switch.nvhe");
+    }
+}

@@ -1,0 +1,24 @@
+//! sanpolicy: the Linux kernel's sanitizer and coverage exemptions as one declarative policy.
+//!
+//! Pipeline, one module per stage:
+//! - [`mechanism`]: the table of instrumentation mechanisms (data, not code);
+//! - [`policy`]: the policy model and its parsing with spans;
+//! - [`makefile`]: reading kbuild files (assignments, conditionals, comments, generated blocks);
+//! - [`kbuild`]: the tree's rules, a make evaluator and the resolver of effective state;
+//! - [`emit`]: rendering directive lines and generated blocks;
+//! - [`generate`]: planning the new text of every file before writing;
+//! - [`check`]: requirements, sources and drift;
+//! - [`output`]: the one atomic writer and the diffs;
+//! - [`diagnostic`]: one shape for every problem; [`cli`]: the shared command line.
+
+pub mod check;
+pub mod cli;
+pub mod diagnostic;
+pub mod emit;
+pub mod generate;
+pub mod import;
+pub mod kbuild;
+pub mod makefile;
+pub mod mechanism;
+pub mod output;
+pub mod policy;

@@ -1,0 +1,141 @@
+//! Make conditionals (`ifdef`, `ifndef`, `ifeq`, `ifneq`) as written in kbuild files and policies.
+
+/// The four conditional directives of GNU make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CondKind {
+    Ifdef,
+    Ifndef,
+    Ifeq,
+    Ifneq,
+}
+
+/// A conditional line, normalised to `keyword argument` with single spacing after the keyword.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Condition {
+    pub kind: CondKind,
+    /// The whole directive, e.g. `ifeq ($(CONFIG_CC_IS_CLANG)$(CONFIG_KASAN),yy)`.
+    pub text: String,
+    /// `ifdef`/`ifndef`: the variable; `ifeq`/`ifneq`: the two operands, unexpanded.
+    pub args: Vec<String>,
+}
+
+impl Condition {
+    /// Parse one conditional directive; the error is a hint saying how to write it.
+    pub fn parse(line: &str) -> Result<Condition, String> {
+        let line = line.trim();
+        if line.contains('#') || line.contains('\n') || line.contains('\r') {
+            return Err("a condition is one make line without `#` or line breaks".into());
+        }
+        let (keyword, rest) = line.split_once(|c: char| c.is_whitespace() || c == '(').map_or((line, ""), |(k, _)| (k, line[k.len()..].trim()));
+        let kind = match keyword {
+            "ifdef" => CondKind::Ifdef,
+            "ifndef" => CondKind::Ifndef,
+            "ifeq" => CondKind::Ifeq,
+            "ifneq" => CondKind::Ifneq,
+            _ => return Err("write `ifdef CONFIG_X`, `ifndef CONFIG_X`, `ifeq (A,B)` or `ifneq (A,B)`".into()),
+        };
+        let args = match kind {
+            CondKind::Ifdef | CondKind::Ifndef => {
+                if rest.is_empty() || rest.contains(char::is_whitespace) || !balanced(rest) {
+                    return Err(format!("`{keyword}` takes one variable name, e.g. `{keyword} CONFIG_KASAN`"));
+                }
+                vec![rest.to_string()]
+            }
+            CondKind::Ifeq | CondKind::Ifneq => split_operands(rest).ok_or_else(|| format!("write `{keyword} (A,B)` with balanced parentheses"))?,
+        };
+        let text = format!("{keyword} {rest}");
+        Ok(Condition { kind, text, args })
+    }
+
+    /// A conditional line this module cannot read; it evaluates to false.
+    pub fn unparsed(text: &str) -> Condition {
+        let kind = match text.split_whitespace().next() {
+            Some("ifndef") => CondKind::Ifndef,
+            Some("ifneq") => CondKind::Ifneq,
+            Some("ifdef") => CondKind::Ifdef,
+            _ => CondKind::Ifeq,
+        };
+        Condition { kind, text: text.to_string(), args: Vec::new() }
+    }
+
+    /// Evaluate with `expand` (make expansion of a text) and `defined` (ifdef test).
+    pub fn eval(&self, expand: &dyn Fn(&str) -> String, defined: &dyn Fn(&str) -> bool) -> bool {
+        if self.args.is_empty() {
+            return false;
+        }
+        match self.kind {
+            CondKind::Ifdef => defined(&expand(&self.args[0])),
+            CondKind::Ifndef => !defined(&expand(&self.args[0])),
+            CondKind::Ifeq => expand(&self.args[0]) == expand(&self.args[1]),
+            CondKind::Ifneq => expand(&self.args[0]) != expand(&self.args[1]),
+        }
+    }
+}
+
+fn balanced(text: &str) -> bool {
+    let mut depth = 0i32;
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return false;
+        }
+    }
+    depth == 0
+}
+
+/// `(a,b)` or `"a" "b"` / `'a' 'b'`. Like make, whitespace around the comma is dropped.
+fn split_operands(rest: &str) -> Option<Vec<String>> {
+    if let Some(inner) = rest.strip_prefix('(').and_then(|r| r.strip_suffix(')')) {
+        if !balanced(inner) {
+            return None;
+        }
+        let mut depth = 0;
+        for (i, c) in inner.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    // As make: blanks before the comma and after it go; blanks before `)` stay.
+                    return Some(vec![inner[..i].trim_end().to_string(), inner[i + 1..].trim_start().to_string()]);
+                }
+                _ => {}
+            }
+        }
+        return None;
+    }
+    let mut parts = Vec::new();
+    let mut rest = rest.trim();
+    while let Some(q) = rest.chars().next().filter(|c| *c == '"' || *c == '\'') {
+        let end = rest[1..].find(q)? + 1;
+        parts.push(rest[1..end].to_string());
+        rest = rest[end + 1..].trim_start();
+    }
+    (parts.len() == 2 && rest.is_empty()).then_some(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_forms_seen_in_kernels() {
+        let c = Condition::parse("ifdef CONFIG_FUNCTION_TRACER").unwrap();
+        assert_eq!((c.kind, c.args.as_slice()), (CondKind::Ifdef, ["CONFIG_FUNCTION_TRACER".to_string()].as_slice()));
+        let c = Condition::parse("ifeq ($(CONFIG_COMPILE_TEST)_$(CONFIG_CC_IS_CLANG)_$(call clang-min-version, 180000),y_y_)").unwrap();
+        assert_eq!(c.args[1], "y_y_");
+        assert_eq!(c.args[0], "$(CONFIG_COMPILE_TEST)_$(CONFIG_CC_IS_CLANG)_$(call clang-min-version, 180000)");
+        let c = Condition::parse("ifneq \"$(X)\" 'y'").unwrap();
+        assert_eq!(c.args, ["$(X)", "y"]);
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_condition() {
+        for bad in ["if CONFIG_X", "ifdef", "ifdef A B", "ifeq (a,b", "ifeq (ab)", "ifdef X # c", "ifdef X\nKASAN_SANITIZE := y"] {
+            assert!(Condition::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! Reading kbuild files (`Makefile`, `Kbuild`, `Makefile.*`): logical lines, assignments with
+//! their enclosing conditionals and the comment paragraph above them, sanpolicy's generated
+//! block markers, and which assignments are instrumentation directives.
+
+mod condition;
+mod directive;
+
+pub use condition::{CondKind, Condition};
+pub use directive::{classify, Directive, DirectiveValue};
+
+/// Assignment operators of GNU make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `:=` or `::=`
+    Simple,
+    /// `:::=`
+    Immediate,
+    /// `=`
+    Recursive,
+    /// `+=`
+    Append,
+    /// `?=`
+    Conditional,
+    /// `!=`
+    Shell,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Simple => ":=",
+            Op::Immediate => ":::=",
+            Op::Recursive => "=",
+            Op::Append => "+=",
+            Op::Conditional => "?=",
+            Op::Shell => "!=",
+        }
+    }
+}
+
+/// One enclosing conditional of an assignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub condition: Condition,
+    /// 1-based line of the `if…` directive.
+    pub line: usize,
+    /// The assignment is in the `else` branch.
+    pub in_else: bool,
+}
+
+/// A variable assignment as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// The variable name, unexpanded (`KASAN_SANITIZE_head$(BITS).o`).
+    pub name: String,
+    pub op: Op,
+    /// The value as make stores it: leading blanks dropped, trailing blanks kept, no comment.
+    pub value: String,
+    /// Text after an unescaped `#` on the same line.
+    pub inline_comment: Option<String>,
+    /// `export`, `override` or `private` prefixes.
+    pub modifiers: Vec<String>,
+    /// 1-based first and last physical line.
+    pub line: usize,
+    pub end_line: usize,
+    /// 1-based column of the name.
+    pub col: usize,
+    /// Enclosing conditionals, outermost first.
+    pub frames: Vec<Frame>,
+    /// The comment paragraph directly above (joined, `#` stripped); shared by a block of lines.
+    pub comment: Option<String>,
+    /// First line of that comment paragraph.
+    pub comment_line: Option<usize>,
+    /// Inside sanpolicy's generated block.
+    pub in_block: bool,
+    /// The line was joined from continuation lines.
+    pub continued: bool,
+}
+
+/// Where sanpolicy's generated block sits, by 1-based physical line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    pub begin_line: usize,
+    pub end_line: usize,
+    /// Byte range of the whole block, markers included, with the final newline.
+    pub byte_range: std::ops::Range<usize>,
+    /// The checksum recorded in the end marker.
+    pub recorded_checksum: Option<String>,
+    /// The text between the markers.
+    pub body: String,
+}
+
+/// A structural problem with the markers (reported as bad input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkerProblem {
+    pub line: usize,
+    pub message: String,
+}
+
+/// A parsed kbuild file.
+#[derive(Debug, Clone, Default)]
+pub struct KbuildFile {
+    pub assignments: Vec<Assignment>,
+    pub block: Option<Block>,
+    pub marker_problems: Vec<MarkerProblem>,
+    /// Conditional directives in source order (for evaluation).
+    pub events: Vec<Event>,
+}
+
+/// What an evaluator walks: conditionals and assignments in source order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    If(Condition),
+    Else(Option<Condition>),
+    Endif,
+    Assign(usize),
+}
+
+impl KbuildFile {
+    /// The instrumentation directives among the assignments.
+    pub fn directives(&self) -> impl Iterator<Item = (usize, Directive)> + '_ {
+        self.assignments.iter().enumerate().filter_map(|(i, a)| classify(a).map(|d| (i, d)))
+    }
+}
+
+pub const BEGIN_MARKER: &str = "# BEGIN sanpolicy generated block";
+pub const END_MARKER: &str = "# END sanpolicy generated block";
+
+/// One logical line: physical lines joined at backslash-newline.
+struct Logical {
+    text: String,
+    line: usize,
+    end_line: usize,
+    start_byte: usize,
+}
+
+fn logical_lines(text: &str) -> Vec<Logical> {
+    let mut out: Vec<Logical> = Vec::new();
+    let mut pending: Option<Logical> = None;
+    let mut byte = 0;
+    for (i, raw) in text.split_inclusive('\n').enumerate() {
+        let start = byte;
+        byte += raw.len();
+        let line = raw.strip_suffix('\n').unwrap_or(raw);
+        let continues = line.len() - line.trim_end_matches('\\').len();
+        let body = if continues % 2 == 1 { &line[..line.len() - 1] } else { line };
+        let mut logical = pending.take().unwrap_or(Logical { text: String::new(), line: i + 1, end_line: i + 1, start_byte: start });
+        if !logical.text.is_empty() || logical.line != i + 1 {
+            // Make replaces backslash-newline and the blanks around it by one space.
+            logical.text = format!("{} {}", logical.text.trim_end(), body.trim_start());
+        } else {
+            logical.text.push_str(body);
+        }
+        logical.end_line = i + 1;
+        if continues % 2 == 1 {
+            pending = Some(logical);
+        } else {
+            out.push(logical);
+        }
+    }
+    out.extend(pending);
+    out
+}
+
+/// Parse kbuild file text. Never fails: anything unrecognised is simply not an assignment.
+pub fn parse(text: &str) -> KbuildFile {
+    let mut file = KbuildFile::default();
+    let mut groups: Vec<Vec<Frame>> = Vec::new();
+    let mut in_define = 0usize;
+    let mut comment: Option<(String, usize)> = None;
+    let mut paragraph_comment: Option<(String, usize)> = None;
+    let mut block_begin: Option<(usize, usize)> = None;
+    for logical in logical_lines(text) {
+        let trimmed = logical.text.trim();
+        if let Some(kind) = marker(trimmed) {
+            handle_marker(&mut file, &mut block_begin, kind, &logical, text);
+            comment = None;
+            paragraph_comment = None;
+            continue;
+        }
+        if in_define > 0 {
+            match first_word(trimmed) {
+                "endef" => in_define -= 1,
+                "define" => in_define += 1,
+                _ => {}
+            }
+            continue;
+        }
+        if trimmed.is_empty() {
+            comment = None;
+            paragraph_comment = None;
+            continue;
+        }
+        if let Some(c) = trimmed.strip_prefix('#') {
+            if !logical.text.starts_with('\t') {
+                let c = c.strip_prefix(' ').unwrap_or(c);
+                if c.starts_with("SPDX-License-Identifier") {
+                    continue;
+                }
+                comment = Some(match comment.take() {
+                    Some((prev, line)) => (format!("{prev}\n{c}"), line),
+                    None => (c.to_string(), logical.line),
+                });
+                continue;
+            }
+        }
+        if let Some(c) = comment.take() {
+            paragraph_comment = Some(c);
+        }
+        if logical.text.starts_with('\t') {
+            continue; // recipe line
+        }
+        match first_word(trimmed) {
+            "define" => {
+                in_define += 1;
+                continue;
+            }
+            "ifdef" | "ifndef" | "ifeq" | "ifneq" => {
+                let text = strip_comment(trimmed).0.trim();
+                let condition = Condition::parse(text).unwrap_or_else(|_| Condition::unparsed(text));
+                file.events.push(Event::If(condition.clone()));
+                groups.push(vec![Frame { condition, line: logical.line, in_else: false }]);
+                continue;
+            }
+            "else" => {
+                let rest = strip_comment(trimmed).0.trim()[4..].trim().to_string();
+                let chained = Condition::parse(&rest).ok();
+                file.events.push(Event::Else(chained.clone()));
+                if let Some(group) = groups.last_mut() {
+                    if let Some(top) = group.last_mut() {
+                        top.in_else = true;
+                    }
+                    // `else ifeq …` nests one more test under the same `endif`.
+                    if let Some(condition) = chained {
+                        group.push(Frame { condition, line: logical.line, in_else: false });
+                    }
+                }
+                continue;
+            }
+            "endif" => {
+                file.events.push(Event::Endif);
+                groups.pop();
+                continue;
+            }
+            _ => {}
+        }
+        let Some(mut a) = parse_assignment(&logical) else {
+            paragraph_comment = None;
+            continue;
+        };
+        a.frames = groups.iter().flatten().cloned().collect();
+        // A comment explains the run of directives right below it; any other line ends the run.
+        match (&paragraph_comment, classify(&a)) {
+            (Some((c, line)), Some(_)) => {
+                a.comment = Some(c.clone());
+                a.comment_line = Some(*line);
+            }
+            _ => paragraph_comment = None,
+        }
+        a.in_block = block_begin.is_some();
+        file.events.push(Event::Assign(file.assignments.len()));
+        file.assignments.push(a);
+    }
+    if let Some((line, _)) = block_begin {
+        file.marker_problems.push(MarkerProblem { line, message: "generated block has no end marker".into() });
+    }
+    file
+}
+
+enum MarkerKind {
+    Begin,
+    End(Option<String>),
+}
+
+fn marker(trimmed: &str) -> Option<MarkerKind> {
+    if trimmed.starts_with(BEGIN_MARKER) {
+        return Some(MarkerKind::Begin);
+    }
+    let rest = trimmed.strip_prefix(END_MARKER)?;
+    let checksum = rest.split("checksum ").nth(1).map(|s| s.trim_end_matches(')').trim().to_string());
+    Some(MarkerKind::End(checksum))
+}
+
+fn handle_marker(file: &mut KbuildFile, begin: &mut Option<(usize, usize)>, kind: MarkerKind, logical: &Logical, text: &str) {
+    match kind {
+        MarkerKind::Begin => {
+            if begin.is_some() || file.block.is_some() {
+                file.marker_problems.push(MarkerProblem { line: logical.line, message: "second generated block begin marker".into() });
+                return;
+            }
+            *begin = Some((logical.line, logical.start_byte));
+        }
+        MarkerKind::End(checksum) => {
+            let Some((begin_line, start_byte)) = begin.take() else {
+                file.marker_problems.push(MarkerProblem { line: logical.line, message: "end marker without a begin marker".into() });
+                return;
+            };
+            let end_byte = text.split_inclusive('\n').take(logical.end_line).map(str::len).sum::<usize>();
+            let body_start = text[start_byte..].find('\n').map_or(end_byte, |i| start_byte + i + 1);
+            let body = text[body_start.min(logical.start_byte)..logical.start_byte].to_string();
+            file.block = Some(Block { begin_line, end_line: logical.end_line, byte_range: start_byte..end_byte, recorded_checksum: checksum, body });
+        }
+    }
+}
+
+fn first_word(s: &str) -> &str {
+    s.split(|c: char| c.is_whitespace() || c == '(').next().unwrap_or("")
+}
+
+/// Split at the first unescaped `#`: (before, comment after).
+fn strip_comment(s: &str) -> (&str, Option<&str>) {
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'#' => return (&s[..i], Some(&s[i + 1..])),
+            _ => i += 1,
+        }
+    }
+    (s, None)
+}
+
+const MODIFIERS: &[&str] = &["export", "override", "private", "unexport"];
+
+fn parse_assignment(logical: &Logical) -> Option<Assignment> {
+    let (code, inline_comment) = strip_comment(&logical.text);
+    let mut rest = code.trim_start();
+    let mut modifiers = Vec::new();
+    loop {
+        let word = rest.split_whitespace().next().unwrap_or("");
+        if MODIFIERS.contains(&word) && rest[word.len()..].starts_with(char::is_whitespace) {
+            modifiers.push(word.to_string());
+            rest = rest[word.len()..].trim_start();
+        } else {
+            break;
+        }
+    }
+    let name_len = name_length(rest)?;
+    let name = &rest[..name_len];
+    let after = rest[name_len..].trim_start();
+    let (op, op_len) = [(":::=", Op::Immediate), ("::=", Op::Simple), (":=", Op::Simple), ("+=", Op::Append), ("?=", Op::Conditional), ("!=", Op::Shell), ("=", Op::Recursive)]
+        .into_iter()
+        .find(|(s, _)| after.starts_with(s))
+        .map(|(s, op)| (op, s.len()))?;
+    let value = after[op_len..].trim_start_matches([' ', '\t']).to_string();
+    let col = logical.text.len() - logical.text.trim_start().len() + 1;
+    Some(Assignment {
+        name: name.to_string(),
+        op,
+        value,
+        inline_comment: inline_comment.map(|c| c.trim().to_string()),
+        modifiers,
+        line: logical.line,
+        end_line: logical.end_line,
+        col,
+        frames: Vec::new(),
+        comment: None,
+        comment_line: None,
+        in_block: false,
+        continued: logical.end_line > logical.line,
+    })
+}
+
+/// Length of a variable name at the start of `s`: no blanks, no `:`/`=`/`#` outside `$(…)`.
+fn name_length(s: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' | '{' => depth += 1,
+            ')' | '}' => depth -= 1,
+            ' ' | '\t' | ':' | '=' | '#' | '+' | '?' | '!' if depth == 0 => {
+                if c == '+' || c == '?' || c == '!' {
+                    if s[i + 1..].starts_with('=') {
+                        return (i > 0).then_some(i);
+                    }
+                    continue;
+                }
+                return (i > 0).then_some(i);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_assignments_conditions_and_comments() {
+        let text = "# SPDX-License-Identifier: GPL-2.0\n# Avoid recursion.\nKCSAN_SANITIZE_lockdep.o := n\nKCOV_INSTRUMENT\t\t:= n\n\nifdef CONFIG_FUNCTION_TRACER\nCFLAGS_REMOVE_lockdep.o = $(CC_FLAGS_FTRACE)\nendif\nobj-y += a.o \\\n\tb.o\nfoo.o: X := y\n";
+        let f = parse(text);
+        let names: Vec<_> = f.assignments.iter().map(|a| (a.name.as_str(), a.op, a.value.as_str(), a.line)).collect();
+        assert_eq!(
+            names,
+            [
+                ("KCSAN_SANITIZE_lockdep.o", Op::Simple, "n", 3),
+                ("KCOV_INSTRUMENT", Op::Simple, "n", 4),
+                ("CFLAGS_REMOVE_lockdep.o", Op::Recursive, "$(CC_FLAGS_FTRACE)", 7),
+                ("obj-y", Op::Append, "a.o b.o", 9),
+            ]
+        );
+        assert_eq!(f.assignments[0].comment.as_deref(), Some("Avoid recursion."));
+        assert_eq!(f.assignments[1].comment.as_deref(), Some("Avoid recursion."), "paragraph comment is shared");
+        assert_eq!(f.assignments[2].frames[0].condition.text, "ifdef CONFIG_FUNCTION_TRACER");
+        assert!(f.assignments[3].continued);
+        let f = parse("# About obj-y.\nobj-y += a.o\nKASAN_SANITIZE_a.o := n\n");
+        assert_eq!(f.assignments[1].comment, None, "a comment above another line is not a reason");
+    }
+
+    #[test]
+    fn keeps_trailing_blanks_and_inline_comments_apart() {
+        let f = parse("KASAN_SANITIZE_a.o := n # early boot\nKASAN_SANITIZE_b.o := n  \n");
+        assert_eq!(f.assignments[0].value, "n ");
+        assert_eq!(f.assignments[0].inline_comment.as_deref(), Some("early boot"));
+        assert_eq!(f.assignments[1].value, "n  ");
+    }
+
+    #[test]
+    fn finds_the_block_and_bad_markers() {
+        let text = format!("obj-y := a.o\n{BEGIN_MARKER}: x\nKASAN_SANITIZE := n\n{END_MARKER} (checksum abc)\n");
+        let f = parse(&text);
+        let b = f.block.unwrap();
+        assert_eq!((b.begin_line, b.end_line, b.recorded_checksum.as_deref()), (2, 4, Some("abc")));
+        assert_eq!(b.body, "KASAN_SANITIZE := n\n");
+        assert!(f.assignments[1].in_block && !f.assignments[0].in_block);
+        let f = parse(&format!("{BEGIN_MARKER}\n{BEGIN_MARKER}\n"));
+        assert_eq!(f.marker_problems.len(), 2);
+    }
+}

@@ -1,0 +1,77 @@
+//! The policy model: which units (objects or directories) skip or force which mechanisms, why,
+//! and which units must stay exempt (recursion-prone requirements).
+
+mod parse;
+mod paths;
+
+pub use parse::{load, parse_str};
+pub use paths::{expand_variants, UnitPath};
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::diagnostic::Location;
+use crate::mechanism::MechId;
+
+/// What a unit asks of one mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Setting {
+    /// Exempt: the object is not instrumented (objtool: not checked; ftrace: flags removed).
+    Skip,
+    /// Forced on, whatever the directory or default says.
+    Force,
+}
+
+/// One `[[unit]]` entry.
+#[derive(Debug, Clone)]
+pub struct Unit {
+    pub path: UnitPath,
+    pub settings: BTreeMap<MechId, Setting>,
+    pub why: String,
+    pub links: Vec<String>,
+    /// Make conditionals the lines are wrapped in, outermost first (`ifdef CONFIG_X`).
+    pub when: Vec<String>,
+    /// Values to try for each make variable used in the object name (`BITS = ["32", "64"]`).
+    pub vars: BTreeMap<String, Vec<String>>,
+    /// Where `path = …` is written.
+    pub location: Location,
+    /// Where each mechanism name is written, for pointing at it.
+    pub setting_locations: BTreeMap<MechId, Location>,
+}
+
+/// One `[[require]]` entry: a unit that must be exempt from the listed mechanisms.
+#[derive(Debug, Clone)]
+pub struct Requirement {
+    pub path: UnitPath,
+    pub exempt: Vec<(MechId, Location)>,
+    /// Objects of a directory requirement that are deliberately instrumented (tests of the
+    /// runtime), relative to the directory.
+    pub except: Vec<String>,
+    pub why: String,
+    pub links: Vec<String>,
+    pub location: Location,
+}
+
+/// A parsed policy file (with its includes).
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// Every file read, main file first, with its text.
+    pub files: Vec<(PathBuf, String)>,
+    pub units: Vec<Unit>,
+    pub requirements: Vec<Requirement>,
+}
+
+impl Policy {
+    /// The directories whose kbuild files the policy writes to, sorted.
+    pub fn directories(&self) -> Vec<&str> {
+        let mut dirs: Vec<&str> = self.units.iter().map(|u| u.path.kbuild_dir.as_str()).collect();
+        dirs.sort_unstable();
+        dirs.dedup();
+        dirs
+    }
+
+    /// Units whose lines go into the kbuild file of `dir`, in file order.
+    pub fn units_in<'a>(&'a self, dir: &'a str) -> impl Iterator<Item = &'a Unit> + 'a {
+        self.units.iter().filter(move |u| u.path.kbuild_dir == dir)
+    }
+}
