@@ -31,9 +31,12 @@ fn unread_mechanisms(policy: &Policy, rules: &Rules, diags: &mut Diagnostics) {
     for unit in &policy.units {
         for id in unit.settings.keys().filter(|id| rules.decision(**id).is_none()) {
             diags.push(
-                Diagnostic::warning(Code::UnreadByTree, format!("this tree's Kbuild does not read `{id}`; the line has no effect"))
-                    .at(unit.setting_locations[id].clone())
-                    .hint(format!("{} is not evaluated by {}", id.get().title, rules.source)),
+                Diagnostic::warning(
+                    Code::UnreadByTree,
+                    format!("this tree's Kbuild does not read `{id}`; the line has no effect"),
+                )
+                .at(unit.setting_locations[id].clone())
+                .hint(format!("{} is not evaluated by {}", id.get().title, rules.source)),
             );
         }
     }
@@ -41,12 +44,16 @@ fn unread_mechanisms(policy: &Policy, rules: &Rules, diags: &mut Diagnostics) {
 
 /// Imported units whose tree had no comment still need a reason written by a person.
 fn placeholder_reasons(policy: &Policy, diags: &mut Diagnostics) {
-    let placeholders: Vec<_> = policy.units.iter().filter(|u| u.why.starts_with(crate::import::PLACEHOLDER_REASON)).collect();
+    let placeholders: Vec<_> =
+        policy.units.iter().filter(|u| u.why.starts_with(crate::import::PLACEHOLDER_REASON)).collect();
     if let Some(first) = placeholders.first() {
         diags.push(
-            Diagnostic::warning(Code::PlaceholderReason, format!("{} unit(s) still lack a real reason", placeholders.len()))
-                .at(first.location.clone())
-                .hint("replace each `TODO(sanpolicy import)` reason with why the unit is exempt"),
+            Diagnostic::warning(
+                Code::PlaceholderReason,
+                format!("{} unit(s) still lack a real reason", placeholders.len()),
+            )
+            .at(first.location.clone())
+            .hint("replace each `TODO(sanpolicy import)` reason with why the unit is exempt"),
         );
     }
 }
@@ -63,7 +70,14 @@ fn sources(policy: &Policy, tree: &Path, plan: &Plan, diags: &mut Diagnostics) {
             diags.push(
                 Diagnostic::error(Code::MissingSource, format!("no source for `{}`", unit.path.text))
                     .at(unit.location.clone())
-                    .label(format!("looked for {}", variants.iter().map(|v| format!("`{}.{{c,S,rs}}`", v.trim_end_matches(".o"))).collect::<Vec<_>>().join(", ")))
+                    .label(format!(
+                        "looked for {}",
+                        variants
+                            .iter()
+                            .map(|v| format!("`{}.{{c,S,rs}}`", v.trim_end_matches(".o")))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
                     .hint("the exemption is dead: fix the object name or remove the unit"),
             );
         }
@@ -72,11 +86,17 @@ fn sources(policy: &Policy, tree: &Path, plan: &Plan, diags: &mut Diagnostics) {
 
 /// Whether `object` (relative to `dir`, with its variables expanded every declared way) has a
 /// `.c`, `.S` or `.rs` source, or a `.S` that the kbuild text builds with a local rule.
-pub fn has_source(dir: &Path, object: &str, vars: &std::collections::BTreeMap<String, Vec<String>>, kbuild_text: &str) -> bool {
+pub fn has_source(
+    dir: &Path,
+    object: &str,
+    vars: &std::collections::BTreeMap<String, Vec<String>>,
+    kbuild_text: &str,
+) -> bool {
     expand_variants(object, vars).iter().any(|v| {
         let stem = v.strip_suffix(".o").unwrap_or(v);
         let name = stem.rsplit('/').next().unwrap_or(stem);
-        ["c", "S", "rs"].iter().any(|ext| dir.join(format!("{stem}.{ext}")).is_file()) || kbuild_text.contains(&format!("$(obj)/{name}.S"))
+        ["c", "S", "rs"].iter().any(|ext| dir.join(format!("{stem}.{ext}")).is_file())
+            || kbuild_text.contains(&format!("$(obj)/{name}.S"))
     })
 }
 
@@ -85,7 +105,8 @@ pub fn has_source(dir: &Path, object: &str, vars: &std::collections::BTreeMap<St
 fn outside_directives(plan: &Plan, diags: &mut Diagnostics) {
     for file in plan.files.values() {
         let text = &file.text;
-        let inside: BTreeSet<&str> = file.parsed.assignments.iter().filter(|a| a.in_block).map(|a| a.name.as_str()).collect();
+        let inside: BTreeSet<&str> =
+            file.parsed.assignments.iter().filter(|a| a.in_block).map(|a| a.name.as_str()).collect();
         for (i, _) in file.parsed.directives() {
             let a = &file.parsed.assignments[i];
             if a.in_block {
@@ -93,13 +114,18 @@ fn outside_directives(plan: &Plan, diags: &mut Diagnostics) {
             }
             let loc = Location::at_line(&file.path, text, a.line);
             diags.push(if inside.contains(a.name.as_str()) {
-                Diagnostic::error(Code::ConflictingDirective, format!("`{}` is set both here and in the generated block", a.name))
-                    .at(loc)
-                    .hint("the policy owns this variable: delete this hand-written line (or `sanpolicy import` it)")
+                Diagnostic::error(
+                    Code::ConflictingDirective,
+                    format!("`{}` is set both here and in the generated block", a.name),
+                )
+                .at(loc)
+                .hint("the policy owns this variable: delete this hand-written line (or `sanpolicy import` it)")
             } else {
                 Diagnostic::warning(Code::UnmanagedDirective, format!("`{}` is not in the policy", a.name))
                     .at(loc)
-                    .hint("add it to the policy with a reason (`sanpolicy import --adopt` moves such lines), then regenerate")
+                    .hint(
+                    "add it to the policy with a reason (`sanpolicy import --adopt` moves such lines), then regenerate",
+                )
             });
         }
     }
@@ -140,20 +166,27 @@ fn requirement(req: &Requirement, rules: &Rules, tree: Option<&Path>, plan: &Pla
     let file = file_for(dir, tree, plan).map(|(_, f)| f).unwrap_or_default();
     for (id, loc) in &req.exempt {
         if let Some(failure) = first_instrumented(req, *id, &file, rules) {
-            let mut message = format!("`{}` must be exempt from `{id}` but {} is instrumented", req.path.text, failure.object);
+            let mut message =
+                format!("`{}` must be exempt from `{id}` but {} is instrumented", req.path.text, failure.object);
             if !failure.conditions.is_empty() {
                 message.push_str(&format!(" when {}", failure.conditions.join(" and ")));
             }
-            let cause = match &failure.decided_by {
-                DecidedBy::Object(v) => format!("`{v}` turns it back on"),
-                DecidedBy::Directory(v) => format!("directory value `{v}` turns it on"),
-                _ => "nothing exempts it, so the kernel default applies".to_string(),
+            let (cause, fix) = match &failure.decided_by {
+                DecidedBy::Object(v) => (
+                    format!("`{v}` turns it back on"),
+                    format!("drop the per-object `{v}` setting (a `force`), or list the object in `except` if it must stay instrumented"),
+                ),
+                DecidedBy::Directory(v) => (format!("directory value `{v}` turns it on"), format!("skip `{id}` for the object or drop the directory's `force`")),
+                _ => (
+                    "nothing exempts it, so the kernel default applies".to_string(),
+                    format!("add `{id}` to `skip` of the unit for `{}` (or of its directory)", req.path.text),
+                ),
             };
             diags.push(
                 Diagnostic::error(Code::RecursionProne, message)
                     .at(loc.clone())
                     .label(cause)
-                    .hint(format!("add `{id}` to `skip` of the unit for `{}` (or of its directory): {}", req.path.text, req.why.lines().next().unwrap_or(""))),
+                    .hint(format!("{fix}: {}", req.why.lines().next().unwrap_or(""))),
             );
         }
     }
@@ -173,26 +206,47 @@ fn first_instrumented(req: &Requirement, id: MechId, file: &KbuildFile, rules: &
         Some(o) => vec![o.clone()],
         None => {
             let mut v = vec!["sanpolicy-any-object.o".to_string()];
-            v.extend(directives.iter().filter_map(|(_, d)| d.object.clone()).filter(|o| !o.contains('$') && !req.except.contains(o)));
+            v.extend(
+                directives
+                    .iter()
+                    .filter_map(|(_, d)| d.object.clone())
+                    .filter(|o| !o.contains('$') && !req.except.contains(o)),
+            );
             v
         }
     };
     objects.dedup();
-    let mut atoms: Vec<String> = directives.iter().flat_map(|(i, _)| file.assignments[*i].frames.iter().map(|f| f.condition.text.clone())).collect();
+    let mut atoms: Vec<String> = directives
+        .iter()
+        .flat_map(|(i, _)| file.assignments[*i].frames.iter().map(|f| f.condition.text.clone()))
+        .collect();
     atoms.sort();
     atoms.dedup();
     atoms.truncate(10);
     let mech_config = id.get().config;
     for bits in 0u32..(1 << atoms.len()) {
-        let fixed: HashMap<String, bool> = atoms.iter().enumerate().map(|(i, a)| (a.clone(), bits & (1 << i) != 0)).collect();
+        let fixed: HashMap<String, bool> =
+            atoms.iter().enumerate().map(|(i, a)| (a.clone(), bits & (1 << i) != 0)).collect();
         let mut env = instrumented_env();
         env.run(file, &mut Atoms { fixed: &fixed, mech_config });
         for object in &objects {
             let Some(e) = evaluate(rules, id, object, &env, true) else { continue };
             if e.on {
-                let conditions = atoms.iter().filter(|a| !is_own_guard(a, mech_config)).map(|a| format!("`{a}` is {}", fixed[a])).collect();
-                let shown = if req.path.object.is_some() { req.path.text.clone() } else { format!("`{}{object}`", req.path.text) };
-                return Some(Failure { object: if req.path.object.is_some() { "it".into() } else { shown }, conditions, decided_by: e.decided_by });
+                let conditions = atoms
+                    .iter()
+                    .filter(|a| !is_own_guard(a, mech_config))
+                    .map(|a| format!("`{a}` is {}", fixed[a]))
+                    .collect();
+                let shown = if req.path.object.is_some() {
+                    req.path.text.clone()
+                } else {
+                    format!("`{}{object}`", req.path.text)
+                };
+                return Some(Failure {
+                    object: if req.path.object.is_some() { "it".into() } else { shown },
+                    conditions,
+                    decided_by: e.decided_by,
+                });
             }
         }
     }

@@ -228,9 +228,7 @@ impl Diagnostics {
     /// Stable order: by file, position, then code.
     pub fn sorted(mut self) -> Diagnostics {
         self.0.sort_by(|a, b| {
-            let key = |d: &Diagnostic| {
-                d.location.as_ref().map(|l| (l.path.clone(), l.line, l.col)).unwrap_or_default()
-            };
+            let key = |d: &Diagnostic| d.location.as_ref().map(|l| (l.path.clone(), l.line, l.col)).unwrap_or_default();
             key(a).cmp(&key(b)).then(a.code.cmp(&b.code)).then(a.message.cmp(&b.message))
         });
         self.0.dedup();

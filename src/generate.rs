@@ -40,22 +40,31 @@ pub fn kbuild_file(dir: &Path) -> Option<PathBuf> {
 }
 
 /// Read a kbuild file as UTF-8 with LF endings, or say why it cannot be used.
-pub fn read_kbuild(path: &Path) -> Result<String, Diagnostic> {
-    let bytes = std::fs::read(path).map_err(|e| Diagnostic::error(Code::Io, format!("cannot read `{}`: {e}", path.display())).at(Location::file(path)))?;
+pub fn read_kbuild(path: &Path) -> Result<String, Box<Diagnostic>> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        Box::new(Diagnostic::error(Code::Io, format!("cannot read `{}`: {e}", path.display())).at(Location::file(path)))
+    })?;
     decode_kbuild(path, bytes)
 }
 
 /// Kbuild file bytes as UTF-8 text with LF endings, or why they cannot be used.
-pub fn decode_kbuild(path: &Path, bytes: Vec<u8>) -> Result<String, Diagnostic> {
+pub fn decode_kbuild(path: &Path, bytes: Vec<u8>) -> Result<String, Box<Diagnostic>> {
     let text = String::from_utf8(bytes).map_err(|e| {
-        Diagnostic::error(Code::Io, format!("`{}` is not UTF-8 (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to()))
+        Box::new(
+            Diagnostic::error(
+                Code::Io,
+                format!("`{}` is not UTF-8 (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to()),
+            )
             .at(Location::file(path))
-            .hint("sanpolicy only edits UTF-8 kbuild files; fix the encoding first")
+            .hint("sanpolicy only edits UTF-8 kbuild files; fix the encoding first"),
+        )
     })?;
     if let Some(i) = text.find('\r') {
-        return Err(Diagnostic::error(Code::Io, format!("`{}` has CRLF line endings", path.display()))
-            .at(Location::from_span(path, &text, i..i + 1))
-            .hint("Kbuild files use LF endings: convert with `dos2unix`"));
+        return Err(Box::new(
+            Diagnostic::error(Code::Io, format!("`{}` has CRLF line endings", path.display()))
+                .at(Location::from_span(path, &text, i..i + 1))
+                .hint("Kbuild files use LF endings: convert with `dos2unix`"),
+        ));
     }
     Ok(text)
 }
@@ -80,7 +89,11 @@ pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep
     // Blocks left in directories the policy no longer names are removed.
     let leftovers = if sweep { files_with_blocks(tree) } else { Vec::new() };
     for path in leftovers {
-        let dir = path.parent().and_then(|d| d.strip_prefix(tree).ok()).map(|d| d.to_string_lossy().into_owned()).unwrap_or_default();
+        let dir = path
+            .parent()
+            .and_then(|d| d.strip_prefix(tree).ok())
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if !by_dir.contains_key(dir.as_str()) && kbuild_file(&tree.join(&dir)).as_deref() == Some(path.as_path()) {
             plan_dir(&mut plan, tree, &dir, &[], rules, force);
         }
@@ -96,7 +109,10 @@ fn plan_dir(plan: &mut Plan, tree: &Path, dir: &str, units: &[&Unit], rules: &Ru
         None => d,
     };
     if !dir_path.is_dir() {
-        plan.diags.push(located(Diagnostic::error(Code::MissingDirectory, format!("directory `{dir}/` does not exist in the tree")).hint("fix the unit's path, or point `--tree` at the kernel tree it belongs to")));
+        plan.diags.push(located(
+            Diagnostic::error(Code::MissingDirectory, format!("directory `{dir}/` does not exist in the tree"))
+                .hint("fix the unit's path, or point `--tree` at the kernel tree it belongs to"),
+        ));
         return;
     }
     let Some(path) = kbuild_file(&dir_path) else {
@@ -105,7 +121,7 @@ fn plan_dir(plan: &mut Plan, tree: &Path, dir: &str, units: &[&Unit], rules: &Ru
     };
     let old = match read_kbuild(&path) {
         Ok(t) => t,
-        Err(d) => return plan.diags.push(d),
+        Err(d) => return plan.diags.push(*d),
     };
     let parsed = makefile::parse(&old);
     let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
@@ -113,7 +129,8 @@ fn plan_dir(plan: &mut Plan, tree: &Path, dir: &str, units: &[&Unit], rules: &Ru
         Ok(new) => {
             let display = path.strip_prefix(tree).unwrap_or(&path).display().to_string();
             let parsed_new = makefile::parse(&new);
-            plan.files.insert(dir.to_string(), PlannedFile { path: path.clone(), text: new.clone(), parsed: parsed_new });
+            plan.files
+                .insert(dir.to_string(), PlannedFile { path: path.clone(), text: new.clone(), parsed: parsed_new });
             plan.changes.push(Change { path, display, old: Some(old), new: Some(new) });
         }
         Err(SpliceError::Markers(line, message)) => plan.diags.push(
@@ -154,7 +171,10 @@ pub fn plan_fragments(policy: &Policy, rules: &Rules, out: &Path, command: &str,
         let text = emit::render_fragment(units, rules, command, policy_name, dir);
         let old = std::fs::read_to_string(&path).ok();
         let display = path.strip_prefix(out).unwrap_or(&path).display().to_string();
-        plan.files.insert(dir.to_string(), PlannedFile { path: path.clone(), parsed: makefile::parse(&text), text: text.clone() });
+        plan.files.insert(
+            dir.to_string(),
+            PlannedFile { path: path.clone(), parsed: makefile::parse(&text), text: text.clone() },
+        );
         wanted.push(path.clone());
         plan.changes.push(Change { path, display, old, new: Some(text) });
     }
@@ -162,7 +182,12 @@ pub fn plan_fragments(policy: &Policy, rules: &Rules, out: &Path, command: &str,
         let path = entry.path();
         if entry.file_name() == FRAGMENT_NAME && !wanted.iter().any(|w| w == path) {
             let display = path.strip_prefix(out).unwrap_or(path).display().to_string();
-            plan.changes.push(Change { path: path.to_path_buf(), display, old: std::fs::read_to_string(path).ok(), new: None });
+            plan.changes.push(Change {
+                path: path.to_path_buf(),
+                display,
+                old: std::fs::read_to_string(path).ok(),
+                new: None,
+            });
         }
     }
     plan

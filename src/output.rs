@@ -81,7 +81,12 @@ mod tests {
 
     #[test]
     fn diff_names_both_sides() {
-        let c = Change { path: "x".into(), display: "lib/Makefile".into(), old: Some("a\n".into()), new: Some("b\n".into()) };
+        let c = Change {
+            path: "x".into(),
+            display: "lib/Makefile".into(),
+            old: Some("a\n".into()),
+            new: Some("b\n".into()),
+        };
         let d = c.diff();
         assert!(d.starts_with("--- a/lib/Makefile\n+++ b/lib/Makefile\n"), "{d}");
         assert!(d.contains("-a\n+b\n"));

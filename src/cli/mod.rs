@@ -35,12 +35,22 @@ pub struct Defaults {
 impl Defaults {
     /// `sanpolicy` run inside a kernel checkout: the tree is `.`, the policy `sanitizer-policy.toml`.
     pub fn binary() -> Defaults {
-        Defaults { program: "sanpolicy".into(), policy: "sanitizer-policy.toml".into(), tree: Some(".".into()), out: "target/sanpolicy/fragments".into() }
+        Defaults {
+            program: "sanpolicy".into(),
+            policy: "sanitizer-policy.toml".into(),
+            tree: Some(".".into()),
+            out: "target/sanpolicy/fragments".into(),
+        }
     }
 
     /// `cargo xtask` in this repository: the bundled policy and no tree.
     pub fn xtask(repo: &Path) -> Defaults {
-        Defaults { program: "cargo xtask".into(), policy: repo.join("policy/linux.toml"), tree: None, out: repo.join("target/sanpolicy/fragments") }
+        Defaults {
+            program: "cargo xtask".into(),
+            policy: repo.join("policy/linux.toml"),
+            tree: None,
+            out: repo.join("target/sanpolicy/fragments"),
+        }
     }
 }
 
@@ -54,14 +64,18 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Write the policy's Kbuild blocks into the tree (or fragments into an output directory).
-    #[command(after_help = "Examples:\n  sanpolicy gen-makefiles                 # inside a kernel checkout\n  cargo xtask gen-makefiles               # bundled policy into target/\n  sanpolicy gen-makefiles --check         # exit 1 with a diff when stale")]
+    #[command(
+        after_help = "Examples:\n  sanpolicy gen-makefiles                 # inside a kernel checkout\n  cargo xtask gen-makefiles               # bundled policy into target/\n  sanpolicy gen-makefiles --check         # exit 1 with a diff when stale"
+    )]
     GenMakefiles(GenArgs),
     /// Validate the policy (and the tree): requirements, sources, drift.
     #[command(after_help = "Examples:\n  sanpolicy check\n  cargo xtask check --tree /usr/src/linux")]
     Check(CommonArgs),
     /// Import a kernel tree's existing directives into a policy (and with --adopt, rewrite the
     /// Makefiles to hold generated blocks instead).
-    #[command(after_help = "Examples:\n  sanpolicy import                        # writes ./sanitizer-policy.toml\n  sanpolicy import --adopt                # and moves the directives into generated blocks\n  cargo xtask import --tree /usr/src/linux --out -")]
+    #[command(
+        after_help = "Examples:\n  sanpolicy import                        # writes ./sanitizer-policy.toml\n  sanpolicy import --adopt                # and moves the directives into generated blocks\n  cargo xtask import --tree /usr/src/linux --out -"
+    )]
     Import(ImportArgs),
     /// Show which Kbuild rules the tree uses (naming and defaults per mechanism).
     #[command(after_help = "Example:\n  sanpolicy rules --tree /usr/src/linux")]
@@ -91,6 +105,11 @@ struct GenArgs {
     /// Overwrite generated blocks even when they were edited by hand.
     #[arg(long)]
     force: bool,
+    /// With --check: also search the whole tree for blocks in directories the policy no longer
+    /// names (writing always does; `check` always does). Without it --check reads only the
+    /// policy's directories, fast enough for a pre-commit hook.
+    #[arg(long, requires = "check")]
+    sweep: bool,
 }
 
 #[derive(Debug, Args)]
@@ -157,19 +176,17 @@ struct Inputs {
 fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut Ui) -> Result<Inputs, u8> {
     let tree = if allow_tree { args.tree.clone().or_else(|| defaults.tree.clone()) } else { None };
     let mut diags = Diagnostics::default();
-    if let Some(t) = &tree {
-        if !t.is_dir() {
-            let what = if t.exists() { "is not a directory" } else { "does not exist" };
-            diags.push(Diagnostic::error(Code::Io, format!("tree `{}` {what}", t.display())).hint("pass the top of a kernel source tree with `--tree DIR`"));
-        }
-    }
+    diags.0.extend(tree.as_deref().and_then(tree_problem));
     let policy_path = match (&args.policy, &tree) {
         (Some(p), _) => p.clone(),
         (None, Some(t)) if defaults.policy.is_relative() => t.join(&defaults.policy),
         (None, _) => defaults.policy.clone(),
     };
     if policy_path.is_dir() {
-        diags.push(Diagnostic::error(Code::Io, format!("policy `{}` is a directory", policy_path.display())).hint("pass the policy file itself with `--policy FILE`"));
+        diags.push(
+            Diagnostic::error(Code::Io, format!("policy `{}` is a directory", policy_path.display()))
+                .hint("pass the policy file itself with `--policy FILE`"),
+        );
     }
     if diags.has_errors() {
         ui.report(&diags);
@@ -214,7 +231,7 @@ fn display(path: &Path) -> String {
 
 fn gen_makefiles(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Ok(inputs) = inputs(&args.common, defaults, args.out.is_none(), ui) else { return EXIT_BAD_INPUT };
-    let plan = plan_for(&inputs, args.out.as_deref(), defaults, args.force, !args.check);
+    let plan = plan_for(&inputs, args.out.as_deref(), defaults, args.force, !args.check || args.sweep);
     let blocking = plan.diags.clone().sorted();
     if blocking.has_errors() {
         ui.report(&blocking);
@@ -231,15 +248,34 @@ fn gen_makefiles(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             eprintln!("{} generated file(s) up to date", plan.changes.len());
             return EXIT_OK;
         }
-        eprintln!("error: {} generated file(s) out of date; run `{} gen-makefiles` and commit the result", stale.len(), defaults.program);
+        eprintln!(
+            "error: {} generated file(s) out of date; run `{} gen-makefiles` and commit the result",
+            stale.len(),
+            defaults.program
+        );
         return EXIT_FINDINGS;
     }
     if let Err(e) = output::apply(&plan.changes) {
         eprintln!("error: writing failed: {e}");
         return EXIT_BAD_INPUT;
     }
-    let target = inputs.tree.as_deref().filter(|_| args.out.is_none()).map(Path::to_path_buf).unwrap_or_else(|| args.out.clone().unwrap_or(defaults.out.clone()));
-    println!("{}", summary::render(&inputs.policy, &inputs.rules, &display(&inputs.policy_path), &display(&target), plan.changes.len(), stale.len()));
+    let target = inputs
+        .tree
+        .as_deref()
+        .filter(|_| args.out.is_none())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| args.out.clone().unwrap_or(defaults.out.clone()));
+    println!(
+        "{}",
+        summary::render(
+            &inputs.policy,
+            &inputs.rules,
+            &display(&inputs.policy_path),
+            &display(&target),
+            plan.changes.len(),
+            stale.len()
+        )
+    );
     EXIT_OK
 }
 
@@ -261,7 +297,12 @@ fn check_command(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     ui.report(&diags);
     let errors = diags.iter().filter(|d| d.is_error()).count();
     let warnings = diags.0.len() - errors;
-    eprintln!("{}: {} unit(s), {} requirement(s): {errors} error(s), {warnings} warning(s)", display(&inputs.policy_path), inputs.policy.units.len(), inputs.policy.requirements.len());
+    eprintln!(
+        "{}: {} unit(s), {} requirement(s): {errors} error(s), {warnings} warning(s)",
+        display(&inputs.policy_path),
+        inputs.policy.units.len(),
+        inputs.policy.requirements.len()
+    );
     if diags.has_bad_input() {
         EXIT_BAD_INPUT
     } else if errors > 0 {
@@ -272,8 +313,14 @@ fn check_command(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
 }
 
 fn rules_command(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
-    let Ok(inputs) = inputs(args, defaults, true, ui) else { return EXIT_BAD_INPUT };
-    for line in inputs.rules.describe() {
+    let rules = match args.tree.clone().or_else(|| defaults.tree.clone()) {
+        Some(tree) => match inputs_without_policy(&CommonArgs { policy: None, tree: Some(tree) }, ui) {
+            Ok(rules) => rules,
+            Err(code) => return code,
+        },
+        None => Rules::builtin(),
+    };
+    for line in rules.describe() {
         println!("{line}");
     }
     EXIT_OK
@@ -293,7 +340,8 @@ fn import_command(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let out = args.out.clone().unwrap_or_else(|| tree.join(&Defaults::binary().policy));
     let to_stdout = out.as_os_str() == "-";
     if !to_stdout && out.exists() && !args.force {
-        ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, format!("`{}` already exists", out.display())).hint("pass `--force` to overwrite it, or `--out FILE`")]));
+        ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, format!("`{}` already exists", out.display()))
+            .hint("pass `--force` to overwrite it, or `--out FILE`")]));
         return EXIT_BAD_INPUT;
     }
     let scan = import::scan(&tree);
@@ -307,7 +355,12 @@ fn import_command(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     let mut changes = Vec::new();
     if !to_stdout {
-        changes.push(output::Change { path: out.clone(), display: display(&out), old: std::fs::read_to_string(&out).ok(), new: Some(text.clone()) });
+        changes.push(output::Change {
+            path: out.clone(),
+            display: display(&out),
+            old: std::fs::read_to_string(&out).ok(),
+            new: Some(text.clone()),
+        });
     }
     if args.adopt {
         changes.extend(import::adopt(&scan.taken, &policy, &inputs, &tree));
@@ -335,11 +388,26 @@ fn import_command(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     EXIT_OK
 }
 
+/// Why `tree` cannot be used as a kernel tree, if it cannot.
+fn tree_problem(tree: &Path) -> Option<Diagnostic> {
+    let what = if tree.is_dir() {
+        return None;
+    } else if tree.exists() {
+        "is not a directory"
+    } else {
+        "does not exist"
+    };
+    Some(
+        Diagnostic::error(Code::Io, format!("tree `{}` {what}", tree.display()))
+            .hint("pass the top of a kernel source tree with `--tree DIR`"),
+    )
+}
+
 /// Tree checks and rules for commands that produce a policy rather than read one.
 fn inputs_without_policy(args: &CommonArgs, ui: &mut Ui) -> Result<Rules, u8> {
     let tree = args.tree.as_deref().unwrap_or(Path::new("."));
-    if !tree.is_dir() {
-        ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, format!("tree `{}` is not a directory", tree.display())).hint("pass the top of a kernel source tree with `--tree DIR`")]));
+    if let Some(problem) = tree_problem(tree) {
+        ui.report(&Diagnostics(vec![problem]));
         return Err(EXIT_BAD_INPUT);
     }
     let (rules, diags) = Rules::from_tree(tree);

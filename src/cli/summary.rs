@@ -15,7 +15,11 @@ pub fn render(policy: &Policy, rules: &Rules, policy_name: &str, target: &str, f
     out.push_str(&format!("{:<18} {:>8} {:>8} {:>8}\n", "mechanism", "skip obj", "skip dir", "force"));
     for id in MechId::all() {
         let count = |setting: Setting, dir: bool| {
-            policy.units.iter().filter(|u| u.path.is_directory() == dir && u.settings.get(&id) == Some(&setting)).count()
+            policy
+                .units
+                .iter()
+                .filter(|u| u.path.is_directory() == dir && u.settings.get(&id) == Some(&setting))
+                .count()
         };
         let forced = count(Setting::Force, false) + count(Setting::Force, true);
         let (obj, dir) = (count(Setting::Skip, false), count(Setting::Skip, true));

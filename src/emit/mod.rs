@@ -28,6 +28,8 @@ pub fn directive_line(id: MechId, object: Option<&str>, setting: Setting, naming
             let prefix = if setting == Setting::Skip { remove_prefix } else { add_prefix };
             Some(format!("{prefix}{s}.o += {flags}"))
         }
-        (Form::FlagRemoval { dir_remove_var, flags, .. }, None) => (setting == Setting::Skip).then(|| format!("{dir_remove_var} += {flags}")),
+        (Form::FlagRemoval { dir_remove_var, flags, .. }, None) => {
+            (setting == Setting::Skip).then(|| format!("{dir_remove_var} += {flags}"))
+        }
     }
 }

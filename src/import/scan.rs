@@ -67,7 +67,11 @@ pub struct Scan {
 const SKIPPED_TOP: &[&str] = &[".git", "Documentation", "tools"];
 
 fn is_kbuild_name(name: &str) -> bool {
-    name == "Makefile" || name == "Kbuild" || name.starts_with("Makefile.") || name.starts_with("Kbuild.") || name.ends_with(".mk")
+    name == "Makefile"
+        || name == "Kbuild"
+        || name.starts_with("Makefile.")
+        || name.starts_with("Kbuild.")
+        || name.ends_with(".mk")
 }
 
 /// Kbuild files under `tree`, sorted, outside Documentation/ and tools/.
@@ -79,7 +83,8 @@ pub fn kbuild_files(tree: &Path) -> Vec<PathBuf> {
 /// one of `needles` (all files when there are none); also the number of kbuild files read. The tree is split at its second level and
 /// walked by one walkdir per piece on every core, since a kernel tree has ~90k entries.
 pub fn read_kbuild_files(tree: &Path, needles: &[&str]) -> (Vec<(PathBuf, Vec<u8>)>, usize) {
-    let finders: Vec<memchr::memmem::Finder> = needles.iter().map(|n| memchr::memmem::Finder::new(n.as_bytes())).collect();
+    let finders: Vec<memchr::memmem::Finder> =
+        needles.iter().map(|n| memchr::memmem::Finder::new(n.as_bytes())).collect();
     let read = std::sync::atomic::AtomicUsize::new(0);
     let wanted = |bytes: &[u8]| {
         read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -87,7 +92,10 @@ pub fn read_kbuild_files(tree: &Path, needles: &[&str]) -> (Vec<(PathBuf, Vec<u8
     };
     let mut shallow = Vec::new();
     let mut pieces = Vec::new();
-    let top = WalkDir::new(tree).max_depth(2).into_iter().filter_entry(|e| e.depth() != 1 || !SKIPPED_TOP.contains(&e.file_name().to_str().unwrap_or("")));
+    let top = WalkDir::new(tree)
+        .max_depth(2)
+        .into_iter()
+        .filter_entry(|e| e.depth() != 1 || !SKIPPED_TOP.contains(&e.file_name().to_str().unwrap_or("")));
     for entry in top.filter_map(Result::ok) {
         if entry.depth() == 2 && entry.file_type().is_dir() {
             pieces.push(entry.into_path());
@@ -154,7 +162,7 @@ pub fn scan(tree: &Path) -> Scan {
         let text = match decode_kbuild(&path, bytes) {
             Ok(t) => t,
             Err(d) => {
-                out.diags.push(Diagnostic { severity: crate::diagnostic::Severity::Warning, ..d });
+                out.diags.push(Diagnostic { severity: crate::diagnostic::Severity::Warning, ..*d });
                 continue;
             }
         };
@@ -176,7 +184,14 @@ pub fn scan(tree: &Path) -> Scan {
             let when: Vec<String> = a.frames.iter().map(|f| f.condition.text.clone()).collect();
             let key = (dir.clone(), d.object.clone(), when.clone());
             let slot = *index.entry(key).or_insert_with(|| {
-                units.push(ImportedUnit { dir: dir.clone(), object: d.object.clone(), when, settings: BTreeMap::new(), reasons: Vec::new(), vars: BTreeMap::new() });
+                units.push(ImportedUnit {
+                    dir: dir.clone(),
+                    object: d.object.clone(),
+                    when,
+                    settings: BTreeMap::new(),
+                    reasons: Vec::new(),
+                    vars: BTreeMap::new(),
+                });
                 units.len() - 1
             });
             let unit = &mut units[slot];
@@ -205,7 +220,6 @@ pub fn scan(tree: &Path) -> Scan {
     out
 }
 
-
 fn rel(tree: &Path, path: &Path) -> String {
     path.strip_prefix(tree).unwrap_or(path).to_string_lossy().into_owned()
 }
@@ -215,7 +229,11 @@ fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, 
     let dir = path.parent().unwrap_or(tree);
     if kbuild_file(dir).as_deref() != Some(path) {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        return Err(if name == "Makefile" { "a `Kbuild` file shadows this Makefile, so Kbuild never reads it".into() } else { format!("`{name}` is not the directory's kbuild file") });
+        return Err(if name == "Makefile" {
+            "a `Kbuild` file shadows this Makefile, so Kbuild never reads it".into()
+        } else {
+            format!("`{name}` is not the directory's kbuild file")
+        });
     }
     if a.in_block {
         return Err("already inside a sanpolicy generated block".into());
@@ -248,8 +266,12 @@ fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, 
         return Err(format!("`{}` is assigned {assignments} times in this file", a.name));
     }
     match d.mech.get().form {
-        Form::Variable { .. } if !matches!(a.op, Op::Simple | Op::Recursive) => Err(format!("operator `{}`", a.op.as_str())),
-        Form::FlagRemoval { flags, .. } if a.value.trim() != flags => Err(format!("removes `{}` rather than `{flags}`", a.value.trim())),
+        Form::Variable { .. } if !matches!(a.op, Op::Simple | Op::Recursive) => {
+            Err(format!("operator `{}`", a.op.as_str()))
+        }
+        Form::FlagRemoval { flags, .. } if a.value.trim() != flags => {
+            Err(format!("removes `{}` rather than `{flags}`", a.value.trim()))
+        }
         _ => Ok(()),
     }
 }
@@ -302,9 +324,12 @@ fn stale(tree: &Path, units: &[ImportedUnit], taken: &[Taken], diags: &mut Diagn
             let vars = unit.map(|u| u.vars.clone()).unwrap_or_default();
             if !crate::check::has_source(&tree.join(&t.dir), object, &vars, &t.text) {
                 diags.push(
-                    Diagnostic::warning(Code::MissingSource, format!("stale directive: no source for `{}/{object}`", t.dir))
-                        .at(Location::at_line(&t.path, &t.text, a.line))
-                        .hint("the exemption does nothing: fix the object name or drop the unit"),
+                    Diagnostic::warning(
+                        Code::MissingSource,
+                        format!("stale directive: no source for `{}/{object}`", t.dir),
+                    )
+                    .at(Location::at_line(&t.path, &t.text, a.line))
+                    .hint("the exemption does nothing: fix the object name or drop the unit"),
                 );
             }
         }

@@ -27,7 +27,8 @@ pub fn policy_toml(units: &[ImportedUnit], header: &str) -> String {
 }
 
 fn names(unit: &ImportedUnit, setting: Setting) -> Option<Value> {
-    let list: Array = unit.settings.iter().filter(|(_, s)| **s == setting).map(|(id, _)| MechId::get(*id).name).collect();
+    let list: Array =
+        unit.settings.iter().filter(|(_, s)| **s == setting).map(|(id, _)| MechId::get(*id).name).collect();
     (!list.is_empty()).then(|| Value::Array(list))
 }
 
@@ -62,7 +63,10 @@ fn unit_table(unit: &ImportedUnit) -> Table {
 
 /// A reason as a `'''` literal when it spans lines (readable, verbatim), else a plain string.
 fn reason_value(why: &str) -> Value {
-    let literal_ok = why.contains('\n') && !why.contains("'''") && !why.ends_with('\'') && why.chars().all(|c| c == '\n' || c == '\t' || !c.is_control());
+    let literal_ok = why.contains('\n')
+        && !why.contains("'''")
+        && !why.ends_with('\'')
+        && why.chars().all(|c| c == '\n' || c == '\t' || !c.is_control());
     if literal_ok {
         let parsed: Result<DocumentMut, _> = format!("why = '''\n{why}'''\n").parse();
         if let Some(v) = parsed.ok().and_then(|d| d.get("why").and_then(Item::as_value).cloned()) {
@@ -83,7 +87,10 @@ mod tests {
             dir: "kernel".into(),
             object: Some("kcov.o".into()),
             when: vec!["ifdef CONFIG_X".into()],
-            settings: BTreeMap::from([(MechId::by_name("kasan").unwrap(), Setting::Skip), (MechId::by_name("gcov").unwrap(), Setting::Force)]),
+            settings: BTreeMap::from([
+                (MechId::by_name("kasan").unwrap(), Setting::Skip),
+                (MechId::by_name("gcov").unwrap(), Setting::Force),
+            ]),
             reasons: vec!["Don't self-instrument.\nIt's \"recursive\" \\ here.".into()],
             vars: BTreeMap::new(),
         };

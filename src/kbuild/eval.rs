@@ -179,7 +179,9 @@ impl Env {
                 let pick = if !cond.trim().is_empty() { parts.get(1) } else { parts.get(2) };
                 pick.map(|p| arg(p)).unwrap_or_default()
             }
-            "or" => split_args(args, usize::MAX).iter().map(|p| arg(p)).find(|v| !v.trim().is_empty()).unwrap_or_default(),
+            "or" => {
+                split_args(args, usize::MAX).iter().map(|p| arg(p)).find(|v| !v.trim().is_empty()).unwrap_or_default()
+            }
             "and" => {
                 let mut last = String::new();
                 for p in split_args(args, usize::MAX) {
@@ -192,8 +194,13 @@ impl Env {
             }
             "patsubst" => {
                 let parts = split_args(args, 3);
-                let (pat, rep, list) = (arg(parts[0]), arg(parts.get(1).copied().unwrap_or("")), arg(parts.get(2).copied().unwrap_or("")));
-                list.split_whitespace().map(|w| patsubst(&pat, &rep, w)).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ")
+                let (pat, rep, list) =
+                    (arg(parts[0]), arg(parts.get(1).copied().unwrap_or("")), arg(parts.get(2).copied().unwrap_or("")));
+                list.split_whitespace()
+                    .map(|w| patsubst(&pat, &rep, w))
+                    .filter(|w| !w.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ")
             }
             "filter" | "filter-out" => {
                 let parts = split_args(args, 2);

@@ -66,7 +66,9 @@ pub fn evaluate(rules: &Rules, id: MechId, object: &str, env: &Env, kernel_objec
             }
             let on = match polarity {
                 Polarity::OffIfAllN => words.split_whitespace().any(|w| !w.starts_with('n')),
-                Polarity::SkipIfAllY => words.split_whitespace().any(|w| !w.starts_with('y')) && (!gated || kernel_object),
+                Polarity::SkipIfAllY => {
+                    words.split_whitespace().any(|w| !w.starts_with('y')) && (!gated || kernel_object)
+                }
             };
             Evaluation { on, words, decided_by: decided_by.unwrap_or(DecidedBy::Default) }
         }
@@ -78,8 +80,16 @@ fn term_value(term: &Term, stem: &str, env: &Env, kernel_object: bool) -> String
     match term {
         Term::PerObject(v) => env.value(&format!("{v}_{stem}.o")),
         Term::Directory(v) | Term::Config(v) => env.value(v),
-        Term::KernelObject => if kernel_object { "y".into() } else { String::new() },
-        Term::IfKernelObject(inner) if kernel_object => inner.iter().map(|t| term_value(t, stem, env, kernel_object)).collect(),
+        Term::KernelObject => {
+            if kernel_object {
+                "y".into()
+            } else {
+                String::new()
+            }
+        }
+        Term::IfKernelObject(inner) if kernel_object => {
+            inner.iter().map(|t| term_value(t, stem, env, kernel_object)).collect()
+        }
         Term::IfKernelObject(_) => String::new(),
         Term::Literal(l) => l.clone(),
     }
@@ -105,7 +115,9 @@ fn flags(id: MechId, stem: &str, env: &Env) -> Evaluation {
     let words = keep(&kept.join(" "), &obj_removed);
     let on = words.iter().any(|w| marker_words.contains(&w.as_str()));
     let mut by = Vec::new();
-    for (var, value) in [("ccflags-remove-y", &dir_removed), (remove_var.as_str(), &obj_removed), (add_var.as_str(), &added)] {
+    for (var, value) in
+        [("ccflags-remove-y", &dir_removed), (remove_var.as_str(), &obj_removed), (add_var.as_str(), &added)]
+    {
         if value.split_whitespace().any(|w| marker_words.contains(&w)) {
             by.push(var.to_string());
         }
@@ -140,6 +152,14 @@ mod tests {
         assert!(state("OBJECT_FILES_NON_STANDARD := y\nOBJECT_FILES_NON_STANDARD_a.o := n\n", "objtool", "a.o"));
         assert!(!state("CFLAGS_REMOVE_a.o = $(CC_FLAGS_FTRACE)\n", "ftrace", "a.o"));
         assert!(!state("ccflags-remove-$(CONFIG_FUNCTION_TRACER) += $(CC_FLAGS_FTRACE)\n", "ftrace", "a.o"));
-        assert!(state("ccflags-remove-$(CONFIG_FUNCTION_TRACER) += $(CC_FLAGS_FTRACE)\nCFLAGS_a.o += $(CC_FLAGS_FTRACE)\n", "ftrace", "a.o"));
+        assert!(state(
+            "ccflags-remove-$(CONFIG_FUNCTION_TRACER) += $(CC_FLAGS_FTRACE)\nCFLAGS_a.o += $(CC_FLAGS_FTRACE)\n",
+            "ftrace",
+            "a.o"
+        ));
+        assert!(
+            !state("CFLAGS_REMOVE_a.o = $(CC_FLAGS_FTRACE)\nCFLAGS_a.o += $(CC_FLAGS_FTRACE)\n", "ftrace", "a.o"),
+            "CFLAGS_REMOVE_ filters CFLAGS_ too"
+        );
     }
 }

@@ -87,7 +87,9 @@ const BUILTIN: &str = include_str!("builtin/linux-6.12.mk");
 impl Rules {
     /// The rules of Linux 6.12, used when no tree is given.
     pub fn builtin() -> Rules {
-        let (rules, diags) = Rules::from_texts("built-in Linux 6.12 rules", &|_| Some((PathBuf::from("builtin/linux-6.12.mk"), BUILTIN.to_string())));
+        let (rules, diags) = Rules::from_texts("built-in Linux 6.12 rules", &|_| {
+            Some((PathBuf::from("builtin/linux-6.12.mk"), BUILTIN.to_string()))
+        });
         debug_assert!(diags.is_empty(), "{diags:?}");
         rules
     }
@@ -120,7 +122,11 @@ impl Rules {
                     d.line = line;
                     decisions.insert(id, d);
                 }
-                Some(Err(message)) => diags.push(Diagnostic::error(Code::Rules, message).at(Location::file(&path)).hint("sanpolicy does not understand this Kbuild version's rules; please report it")),
+                Some(Err(message)) => diags.push(
+                    Diagnostic::error(Code::Rules, message)
+                        .at(Location::file(&path))
+                        .hint("sanpolicy does not understand this Kbuild version's rules; please report it"),
+                ),
                 None => {} // this kernel does not read the variable (e.g. UBSAN_SIGNED_WRAP before 6.12)
             }
         }
@@ -145,12 +151,23 @@ impl Rules {
         for (id, d) in &self.decisions {
             let default = match &d.kind {
                 DecisionKind::Chain { terms, gated, .. } => {
-                    let tail: Vec<String> = terms.iter().filter(|t| !matches!(t, Term::PerObject(_) | Term::Directory(_))).map(term_text).collect();
+                    let tail: Vec<String> = terms
+                        .iter()
+                        .filter(|t| !matches!(t, Term::PerObject(_) | Term::Directory(_)))
+                        .map(term_text)
+                        .collect();
                     format!("default {}{}", tail.join(""), if *gated { ", only for kernel objects" } else { "" })
                 }
                 DecisionKind::Flags => "flag removal".to_string(),
             };
-            out.push(format!("  {:<18} names $({}), {} ({}:{})", id.get().name, d.naming.make_name(), default, d.file, d.line));
+            out.push(format!(
+                "  {:<18} names $({}), {} ({}:{})",
+                id.get().name,
+                d.naming.make_name(),
+                default,
+                d.file,
+                d.line
+            ));
         }
         out
     }
@@ -162,7 +179,9 @@ fn term_text(t: &Term) -> String {
         Term::Directory(v) => format!("$({v})"),
         Term::Config(c) => format!("$({c})"),
         Term::KernelObject => "$(is-kernel-object)".into(),
-        Term::IfKernelObject(ts) => format!("$(if $(is-kernel-object),{})", ts.iter().map(term_text).collect::<String>()),
+        Term::IfKernelObject(ts) => {
+            format!("$(if $(is-kernel-object),{})", ts.iter().map(term_text).collect::<String>())
+        }
         Term::Literal(l) => l.clone(),
     }
 }
@@ -196,7 +215,8 @@ fn find_decision(id: MechId, text: &str) -> Option<Result<(Decision, usize), Str
     match m.form {
         Form::Variable { var, polarity, .. } => {
             let needle = format!("$({var}_$(");
-            let (line, logical) = lines.iter().find(|(_, l)| l.contains(&needle) && !l.trim_start().starts_with('#'))?;
+            let (line, logical) =
+                lines.iter().find(|(_, l)| l.contains(&needle) && !l.trim_start().starts_with('#'))?;
             Some(chain_decision(var, polarity, logical, &needle).map(|d| (d, *line)))
         }
         Form::FlagRemoval { remove_prefix, .. } => {
@@ -230,9 +250,16 @@ fn chain_decision(var: &str, polarity: Polarity, logical: &str, needle: &str) ->
     let expression = logical[start..start + 1 + len + 1].to_string();
     let operand = &expression[prefix.len()..expression.len() - 1];
     let terms = parse_terms(operand)?;
-    let naming = naming_after(&logical[at + needle.len()..]).ok_or_else(|| format!("unknown object naming in `{var}`"))?;
+    let naming =
+        naming_after(&logical[at + needle.len()..]).ok_or_else(|| format!("unknown object naming in `{var}`"))?;
     let gated = logical[start + expression.len()..].trim_start().starts_with(",$(is-kernel-object)");
-    Ok(Decision { naming, kind: DecisionKind::Chain { polarity, terms, gated }, expression, file: String::new(), line: 0 })
+    Ok(Decision {
+        naming,
+        kind: DecisionKind::Chain { polarity, terms, gated },
+        expression,
+        file: String::new(),
+        line: 0,
+    })
 }
 
 /// Index of the `)` closing the `(` at `s[0]`.
@@ -280,7 +307,9 @@ fn parse_reference(inner: &str) -> Result<Term, String> {
     if let Some(rest) = inner.strip_prefix("if $(is-kernel-object),") {
         return Ok(Term::IfKernelObject(parse_terms(rest)?));
     }
-    if let Some(var) = inner.split_once("_$(").filter(|(_, r)| naming_after(r).is_some() && r.ends_with(").o")).map(|(v, _)| v) {
+    if let Some(var) =
+        inner.split_once("_$(").filter(|(_, r)| naming_after(r).is_some() && r.ends_with(").o")).map(|(v, _)| v)
+    {
         return Ok(Term::PerObject(var.to_string()));
     }
     if inner.starts_with("CONFIG_") {
@@ -307,14 +336,20 @@ mod tests {
             kasan.kind,
             DecisionKind::Chain {
                 polarity: Polarity::OffIfAllN,
-                terms: vec![Term::PerObject("KASAN_SANITIZE".into()), Term::Directory("KASAN_SANITIZE".into()), Term::KernelObject],
+                terms: vec![
+                    Term::PerObject("KASAN_SANITIZE".into()),
+                    Term::Directory("KASAN_SANITIZE".into()),
+                    Term::KernelObject
+                ],
                 gated: false
             }
         );
         let objtool = rules.decision(MechId::by_name("objtool").unwrap()).unwrap();
         assert!(matches!(objtool.kind, DecisionKind::Chain { gated: true, polarity: Polarity::SkipIfAllY, .. }));
         let kcov = rules.decision(MechId::by_name("kcov").unwrap()).unwrap();
-        assert!(matches!(&kcov.kind, DecisionKind::Chain { terms, .. } if terms[2] == Term::IfKernelObject(vec![Term::Config("CONFIG_KCOV_INSTRUMENT_ALL".into())])));
+        assert!(
+            matches!(&kcov.kind, DecisionKind::Chain { terms, .. } if terms[2] == Term::IfKernelObject(vec![Term::Config("CONFIG_KCOV_INSTRUMENT_ALL".into())]))
+        );
     }
 
     #[test]

@@ -26,7 +26,9 @@ impl Condition {
         if line.contains('#') || line.contains('\n') || line.contains('\r') {
             return Err("a condition is one make line without `#` or line breaks".into());
         }
-        let (keyword, rest) = line.split_once(|c: char| c.is_whitespace() || c == '(').map_or((line, ""), |(k, _)| (k, line[k.len()..].trim()));
+        let (keyword, rest) = line
+            .split_once(|c: char| c.is_whitespace() || c == '(')
+            .map_or((line, ""), |(k, _)| (k, line[k.len()..].trim()));
         let kind = match keyword {
             "ifdef" => CondKind::Ifdef,
             "ifndef" => CondKind::Ifndef,
@@ -41,7 +43,9 @@ impl Condition {
                 }
                 vec![rest.to_string()]
             }
-            CondKind::Ifeq | CondKind::Ifneq => split_operands(rest).ok_or_else(|| format!("write `{keyword} (A,B)` with balanced parentheses"))?,
+            CondKind::Ifeq | CondKind::Ifneq => {
+                split_operands(rest).ok_or_else(|| format!("write `{keyword} (A,B)` with balanced parentheses"))?
+            }
         };
         let text = format!("{keyword} {rest}");
         Ok(Condition { kind, text, args })
@@ -125,16 +129,28 @@ mod tests {
     fn parses_the_forms_seen_in_kernels() {
         let c = Condition::parse("ifdef CONFIG_FUNCTION_TRACER").unwrap();
         assert_eq!((c.kind, c.args.as_slice()), (CondKind::Ifdef, ["CONFIG_FUNCTION_TRACER".to_string()].as_slice()));
-        let c = Condition::parse("ifeq ($(CONFIG_COMPILE_TEST)_$(CONFIG_CC_IS_CLANG)_$(call clang-min-version, 180000),y_y_)").unwrap();
+        let c = Condition::parse(
+            "ifeq ($(CONFIG_COMPILE_TEST)_$(CONFIG_CC_IS_CLANG)_$(call clang-min-version, 180000),y_y_)",
+        )
+        .unwrap();
         assert_eq!(c.args[1], "y_y_");
         assert_eq!(c.args[0], "$(CONFIG_COMPILE_TEST)_$(CONFIG_CC_IS_CLANG)_$(call clang-min-version, 180000)");
+        assert_eq!(Condition::parse("ifeq ( $(X) , y )").unwrap().args, [" $(X)", "y "], "make keeps these blanks");
         let c = Condition::parse("ifneq \"$(X)\" 'y'").unwrap();
         assert_eq!(c.args, ["$(X)", "y"]);
     }
 
     #[test]
     fn rejects_what_is_not_a_condition() {
-        for bad in ["if CONFIG_X", "ifdef", "ifdef A B", "ifeq (a,b", "ifeq (ab)", "ifdef X # c", "ifdef X\nKASAN_SANITIZE := y"] {
+        for bad in [
+            "if CONFIG_X",
+            "ifdef",
+            "ifdef A B",
+            "ifeq (a,b",
+            "ifeq (ab)",
+            "ifdef X # c",
+            "ifdef X\nKASAN_SANITIZE := y",
+        ] {
             assert!(Condition::parse(bad).is_err(), "{bad:?}");
         }
     }

@@ -43,9 +43,11 @@ pub fn classify(a: &Assignment) -> Option<Directive> {
             if !mentions {
                 return None;
             }
-            let pure = a.value.split_whitespace().all(|w| w == flags || marker_words.contains(&w)) && !a.value.ends_with(char::is_whitespace);
+            let pure = a.value.split_whitespace().all(|w| w == flags || marker_words.contains(&w))
+                && !a.value.ends_with(char::is_whitespace);
             let plain = |s| if pure { DirectiveValue::Plain(s) } else { DirectiveValue::Other };
-            let object_of = |prefix: &str| a.name.strip_prefix(prefix).filter(|o| o.ends_with(".o")).map(str::to_string);
+            let object_of =
+                |prefix: &str| a.name.strip_prefix(prefix).filter(|o| o.ends_with(".o")).map(str::to_string);
             if let Some(o) = object_of(remove_prefix) {
                 return Some(Directive { mech: MechId(i), object: Some(o), value: plain(Setting::Skip) });
             }
@@ -73,7 +75,10 @@ mod tests {
     #[test]
     fn every_form_is_recognised() {
         let d = first("KASAN_SANITIZE_head$(BITS).o := n\n").unwrap();
-        assert_eq!((d.mech.get().name, d.object.as_deref(), d.value), ("kasan", Some("head$(BITS).o"), DirectiveValue::Plain(Setting::Skip)));
+        assert_eq!(
+            (d.mech.get().name, d.object.as_deref(), d.value),
+            ("kasan", Some("head$(BITS).o"), DirectiveValue::Plain(Setting::Skip))
+        );
         let d = first("OBJECT_FILES_NON_STANDARD := y\n").unwrap();
         assert_eq!((d.mech.get().name, d.object, d.value), ("objtool", None, DirectiveValue::Plain(Setting::Skip)));
         let d = first("KCSAN_INSTRUMENT_BARRIERS_x.o := y\n").unwrap();
@@ -91,7 +96,12 @@ mod tests {
 
     #[test]
     fn other_assignments_are_not_directives() {
-        for text in ["CFLAGS_REMOVE_x.o = -fstack-protector\n", "obj-y += kasan.o\n", "KASAN_SANITIZE_x := n\n", "CFLAGS_KASAN := -fsanitize=kernel-address\n"] {
+        for text in [
+            "CFLAGS_REMOVE_x.o = -fstack-protector\n",
+            "obj-y += kasan.o\n",
+            "KASAN_SANITIZE_x := n\n",
+            "CFLAGS_KASAN := -fsanitize=kernel-address\n",
+        ] {
             assert_eq!(first(text), None, "{text}");
         }
     }

@@ -144,7 +144,8 @@ fn logical_lines(text: &str) -> Vec<Logical> {
         let line = raw.strip_suffix('\n').unwrap_or(raw);
         let continues = line.len() - line.trim_end_matches('\\').len();
         let body = if continues % 2 == 1 { &line[..line.len() - 1] } else { line };
-        let mut logical = pending.take().unwrap_or(Logical { text: String::new(), line: i + 1, end_line: i + 1, start_byte: start });
+        let mut logical =
+            pending.take().unwrap_or(Logical { text: String::new(), line: i + 1, end_line: i + 1, start_byte: start });
         if !logical.text.is_empty() || logical.line != i + 1 {
             // Make replaces backslash-newline and the blanks around it by one space.
             logical.text = format!("{} {}", logical.text.trim_end(), body.trim_start());
@@ -281,24 +282,38 @@ fn marker(trimmed: &str) -> Option<MarkerKind> {
     Some(MarkerKind::End(checksum))
 }
 
-fn handle_marker(file: &mut KbuildFile, begin: &mut Option<(usize, usize)>, kind: MarkerKind, logical: &Logical, text: &str) {
+fn handle_marker(
+    file: &mut KbuildFile,
+    begin: &mut Option<(usize, usize)>,
+    kind: MarkerKind,
+    logical: &Logical,
+    text: &str,
+) {
     match kind {
         MarkerKind::Begin => {
             if begin.is_some() || file.block.is_some() {
-                file.marker_problems.push(MarkerProblem { line: logical.line, message: "second generated block begin marker".into() });
+                file.marker_problems
+                    .push(MarkerProblem { line: logical.line, message: "second generated block begin marker".into() });
                 return;
             }
             *begin = Some((logical.line, logical.start_byte));
         }
         MarkerKind::End(checksum) => {
             let Some((begin_line, start_byte)) = begin.take() else {
-                file.marker_problems.push(MarkerProblem { line: logical.line, message: "end marker without a begin marker".into() });
+                file.marker_problems
+                    .push(MarkerProblem { line: logical.line, message: "end marker without a begin marker".into() });
                 return;
             };
             let end_byte = text.split_inclusive('\n').take(logical.end_line).map(str::len).sum::<usize>();
             let body_start = text[start_byte..].find('\n').map_or(end_byte, |i| start_byte + i + 1);
             let body = text[body_start.min(logical.start_byte)..logical.start_byte].to_string();
-            file.block = Some(Block { begin_line, end_line: logical.end_line, byte_range: start_byte..end_byte, recorded_checksum: checksum, body });
+            file.block = Some(Block {
+                begin_line,
+                end_line: logical.end_line,
+                byte_range: start_byte..end_byte,
+                recorded_checksum: checksum,
+                body,
+            });
         }
     }
 }
@@ -339,10 +354,18 @@ fn parse_assignment(logical: &Logical) -> Option<Assignment> {
     let name_len = name_length(rest)?;
     let name = &rest[..name_len];
     let after = rest[name_len..].trim_start();
-    let (op, op_len) = [(":::=", Op::Immediate), ("::=", Op::Simple), (":=", Op::Simple), ("+=", Op::Append), ("?=", Op::Conditional), ("!=", Op::Shell), ("=", Op::Recursive)]
-        .into_iter()
-        .find(|(s, _)| after.starts_with(s))
-        .map(|(s, op)| (op, s.len()))?;
+    let (op, op_len) = [
+        (":::=", Op::Immediate),
+        ("::=", Op::Simple),
+        (":=", Op::Simple),
+        ("+=", Op::Append),
+        ("?=", Op::Conditional),
+        ("!=", Op::Shell),
+        ("=", Op::Recursive),
+    ]
+    .into_iter()
+    .find(|(s, _)| after.starts_with(s))
+    .map(|(s, op)| (op, s.len()))?;
     let value = after[op_len..].trim_start_matches([' ', '\t']).to_string();
     let col = logical.text.len() - logical.text.trim_start().len() + 1;
     Some(Assignment {

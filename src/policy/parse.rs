@@ -38,9 +38,12 @@ fn load_into(path: &Path, policy: &mut Policy, diags: &mut Diagnostics, depth: u
         Ok(bytes) => match String::from_utf8(bytes) {
             Ok(text) => parse_file(path, &text, policy, diags, depth),
             Err(e) => diags.push(
-                Diagnostic::error(Code::Io, format!("policy is not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to()))
-                    .at(Location::file(path))
-                    .hint("save the policy as UTF-8"),
+                Diagnostic::error(
+                    Code::Io,
+                    format!("policy is not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to()),
+                )
+                .at(Location::file(path))
+                .hint("save the policy as UTF-8"),
             ),
         },
         Err(e) => diags.push(
@@ -102,7 +105,12 @@ fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnost
     for (name, span) in string_list(&mut cx, root, "include") {
         let target = path.parent().unwrap_or(Path::new(".")).join(&name);
         if depth >= 8 || policy.files.iter().any(|(p, _)| *p == target) {
-            cx.error(Code::BadPath, Some(span), format!("`{name}` is included twice or in a cycle"), "include each file once");
+            cx.error(
+                Code::BadPath,
+                Some(span),
+                format!("`{name}` is included twice or in a cycle"),
+                "include each file once",
+            );
             continue;
         }
         load_into(&target, policy, cx.diags, depth + 1);
@@ -120,12 +128,22 @@ fn tables<'d>(cx: &mut Ctx, root: &'d dyn TableLike, key: &str) -> Vec<(&'d dyn 
         for v in array.iter() {
             match v.as_inline_table() {
                 Some(t) => out.push((t as &dyn TableLike, v.span())),
-                None => cx.error(Code::WrongType, v.span(), format!("`{key}` entries must be tables"), format!("write each entry as `[[{key}]]`")),
+                None => cx.error(
+                    Code::WrongType,
+                    v.span(),
+                    format!("`{key}` entries must be tables"),
+                    format!("write each entry as `[[{key}]]`"),
+                ),
             }
         }
         return out;
     }
-    cx.error(Code::WrongType, item.span().or_else(|| k.span()), format!("`{key}` must be an array of tables"), format!("write each entry as `[[{key}]]`"));
+    cx.error(
+        Code::WrongType,
+        item.span().or_else(|| k.span()),
+        format!("`{key}` must be an array of tables"),
+        format!("write each entry as `[[{key}]]`"),
+    );
     Vec::new()
 }
 
@@ -165,7 +183,12 @@ fn string(cx: &mut Ctx, table: &dyn TableLike, key: &str) -> Option<(String, Opt
     match item.as_str() {
         Some(s) => Some((s.to_string(), item.span())),
         None => {
-            cx.error(Code::WrongType, item.span(), format!("`{key}` must be a string"), format!("write `{key} = \"…\"`"));
+            cx.error(
+                Code::WrongType,
+                item.span(),
+                format!("`{key}` must be a string"),
+                format!("write `{key} = \"…\"`"),
+            );
             None
         }
     }
@@ -178,14 +201,24 @@ fn strings_of(cx: &mut Ctx, key: &str, item: &Item, allow_single: bool) -> Vec<(
         return vec![(s.to_string(), span)];
     }
     let Some(array) = item.as_array() else {
-        cx.error(Code::WrongType, Some(span), format!("`{key}` must be a list of strings"), format!("write `{key} = [\"…\"]`"));
+        cx.error(
+            Code::WrongType,
+            Some(span),
+            format!("`{key}` must be a list of strings"),
+            format!("write `{key} = [\"…\"]`"),
+        );
         return Vec::new();
     };
     let mut out = Vec::new();
     for v in array.iter() {
         match v.as_str() {
             Some(s) => out.push((s.to_string(), v.span().unwrap_or(span.clone()))),
-            None => cx.error(Code::WrongType, v.span(), format!("`{key}` entries must be strings"), format!("quote each entry of `{key}`")),
+            None => cx.error(
+                Code::WrongType,
+                v.span(),
+                format!("`{key}` entries must be strings"),
+                format!("quote each entry of `{key}`"),
+            ),
         }
     }
     out
@@ -208,12 +241,22 @@ fn parse_common(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>,
     let kbuild_dir = string(cx, table, "kbuild-dir");
     let why = match string(cx, table, "why") {
         Some((w, s)) if w.trim().is_empty() => {
-            cx.error(Code::EmptyReason, s, "empty reason".into(), "say why this exemption exists: what recursion, breakage or cost it avoids");
+            cx.error(
+                Code::EmptyReason,
+                s,
+                "empty reason".into(),
+                "say why this exemption exists: what recursion, breakage or cost it avoids",
+            );
             None
         }
         Some((w, _)) => Some(w.trim().to_string()),
         None if table.get("why").is_none() => {
-            cx.error(Code::MissingKey, span.clone(), format!("{what} has no `why`"), "every entry needs a reason: add `why = \"…\"`");
+            cx.error(
+                Code::MissingKey,
+                span.clone(),
+                format!("{what} has no `why`"),
+                "every entry needs a reason: add `why = \"…\"`",
+            );
             None
         }
         None => None,
@@ -221,7 +264,12 @@ fn parse_common(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>,
     let links: Vec<String> = string_list(cx, table, "links").into_iter().map(|(l, _)| l).collect();
     let Some((path_text, path_span)) = path else {
         if table.get("path").is_none() {
-            cx.error(Code::MissingKey, span, format!("{what} has no `path`"), "add `path = \"dir/object.o\"` or `path = \"dir/\"`");
+            cx.error(
+                Code::MissingKey,
+                span,
+                format!("{what} has no `path`"),
+                "add `path = \"dir/object.o\"` or `path = \"dir/\"`",
+            );
         }
         return None;
     };
@@ -271,7 +319,11 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
                 } else {
                     format!("`{}` both skips and forces `{id}`", common.path.text)
                 };
-                cx.diags.push(Diagnostic::error(Code::SkipAndForce, message).at(loc).hint("keep `{id}` in only one of `skip` and `force`".replace("{id}", id.get().name)));
+                cx.diags.push(
+                    Diagnostic::error(Code::SkipAndForce, message)
+                        .at(loc)
+                        .hint("keep `{id}` in only one of `skip` and `force`".replace("{id}", id.get().name)),
+                );
                 continue;
             }
             setting_locations.insert(id, loc);
@@ -279,9 +331,15 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
     }
     // A non-empty (or mistyped) `skip`/`force` whose entries were all rejected has been reported
     // already; "neither skips nor forces" would only repeat it less precisely.
-    let attempted = ["skip", "force"].iter().filter_map(|k| table.get(k)).any(|i| i.as_array().is_none_or(|a| !a.is_empty()));
+    let attempted =
+        ["skip", "force"].iter().filter_map(|k| table.get(k)).any(|i| i.as_array().is_none_or(|a| !a.is_empty()));
     if settings.is_empty() && !attempted {
-        cx.error(Code::MissingKey, common.path_span.clone(), format!("`{}` neither skips nor forces anything", common.path.text), "add `skip = [\"…\"]` or `force = [\"…\"]`, or remove the unit");
+        cx.error(
+            Code::MissingKey,
+            common.path_span.clone(),
+            format!("`{}` neither skips nor forces anything", common.path.text),
+            "add `skip = [\"…\"]` or `force = [\"…\"]`, or remove the unit",
+        );
     }
     check_unsupported(cx, &common.path, &settings, &setting_locations);
     check_vars(cx, &common, &vars, table);
@@ -298,9 +356,16 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
 }
 
 /// Mechanism forms that Kbuild cannot express (a directory-wide ftrace re-enable).
-fn check_unsupported(cx: &mut Ctx, path: &UnitPath, settings: &BTreeMap<MechId, Setting>, locs: &BTreeMap<MechId, Location>) {
+fn check_unsupported(
+    cx: &mut Ctx,
+    path: &UnitPath,
+    settings: &BTreeMap<MechId, Setting>,
+    locs: &BTreeMap<MechId, Location>,
+) {
     for (id, setting) in settings {
-        if crate::emit::directive_line(*id, path.object.as_deref(), *setting, crate::kbuild::Naming::TargetStem).is_none() {
+        if crate::emit::directive_line(*id, path.object.as_deref(), *setting, crate::kbuild::Naming::TargetStem)
+            .is_none()
+        {
             let loc = locs[id].clone();
             cx.diags.push(
                 Diagnostic::error(Code::Unsupported, format!("`{id}` cannot be forced for a whole directory"))
@@ -325,7 +390,12 @@ fn check_vars(cx: &mut Ctx, common: &Common, vars: &BTreeMap<String, Vec<String>
     }
     for name in vars.keys().filter(|n| !used.contains(n)) {
         let span = table.get("vars").and_then(Item::as_table_like).and_then(|t| key_span(t, name));
-        cx.error(Code::UnknownVariable, span, format!("`{name}` is declared in `vars` but not used in `path`"), "remove it from `vars`");
+        cx.error(
+            Code::UnknownVariable,
+            span,
+            format!("`{name}` is declared in `vars` but not used in `path`"),
+            "remove it from `vars`",
+        );
     }
 }
 
@@ -345,14 +415,25 @@ fn parse_vars(cx: &mut Ctx, table: &dyn TableLike) -> BTreeMap<String, Vec<Strin
     let mut out = BTreeMap::new();
     let Some(item) = table.get("vars") else { return out };
     let Some(vars) = item.as_table_like() else {
-        cx.error(Code::WrongType, item.span(), "`vars` must be a table".into(), "write `vars = { BITS = [\"32\", \"64\"] }`");
+        cx.error(
+            Code::WrongType,
+            item.span(),
+            "`vars` must be a table".into(),
+            "write `vars = { BITS = [\"32\", \"64\"] }`",
+        );
         return out;
     };
     for (name, value) in vars.iter() {
         let values: Vec<String> = strings_of(cx, name, value, false).into_iter().map(|(v, _)| v).collect();
-        let bad = values.iter().find(|v| v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)));
+        let bad =
+            values.iter().find(|v| v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)));
         if let Some(bad) = bad {
-            cx.error(Code::BadPath, value.span(), format!("value {bad:?} of `{name}` is not a plain name part"), "use letters, digits, `_`, `-` or `.`");
+            cx.error(
+                Code::BadPath,
+                value.span(),
+                format!("value {bad:?} of `{name}` is not a plain name part"),
+                "use letters, digits, `_`, `-` or `.`",
+            );
             continue;
         }
         out.insert(name.to_string(), values);
@@ -367,13 +448,30 @@ fn parse_requirement(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usi
     let except = string_list(cx, table, "except");
     let common = common?;
     if common.path.object.is_some() && !except.is_empty() {
-        cx.error(Code::UnknownKey, Some(except[0].1.clone()), "`except` only applies to directory requirements".into(), "remove `except`");
+        cx.error(
+            Code::UnknownKey,
+            Some(except[0].1.clone()),
+            "`except` only applies to directory requirements".into(),
+            "remove `except`",
+        );
     }
     let except = except.into_iter().map(|(o, _)| o).collect();
     if exempt.is_empty() {
-        cx.error(Code::MissingKey, common.path_span.clone(), format!("requirement for `{}` lists no mechanism", common.path.text), "add `exempt = [\"…\"]`");
+        cx.error(
+            Code::MissingKey,
+            common.path_span.clone(),
+            format!("requirement for `{}` lists no mechanism", common.path.text),
+            "add `exempt = [\"…\"]`",
+        );
     }
-    Some(Requirement { path: common.path, exempt, except, why: common.why, links: common.links, location: cx.loc(common.path_span) })
+    Some(Requirement {
+        path: common.path,
+        exempt,
+        except,
+        why: common.why,
+        links: common.links,
+        location: cx.loc(common.path_span),
+    })
 }
 
 /// Two units for the same path under the same conditions are ambiguous.

@@ -40,16 +40,21 @@ impl UnitPath {
                 let kd = kd.trim_end_matches('/');
                 check_syntax(kd)?;
                 let rest = text.strip_prefix(kd).and_then(|r| r.strip_prefix('/')).ok_or_else(|| {
-                    (format!("`{text}` is not inside `kbuild-dir` `{kd}/`"), "make `path` start with `kbuild-dir`".into())
+                    (
+                        format!("`{text}` is not inside `kbuild-dir` `{kd}/`"),
+                        "make `path` start with `kbuild-dir`".into(),
+                    )
                 })?;
                 (kd.to_string(), rest.to_string())
             }
             None => match text.rsplit_once('/') {
                 Some((d, o)) => (d.to_string(), o.to_string()),
-                None => return Err((
-                    format!("`{text}` is at the top of the tree"),
-                    "objects live in a directory with a kbuild file: write `dir/name.o`".into(),
-                )),
+                None => {
+                    return Err((
+                        format!("`{text}` is at the top of the tree"),
+                        "objects live in a directory with a kbuild file: write `dir/name.o`".into(),
+                    ))
+                }
             },
         };
         Ok(UnitPath { text: text.into(), kbuild_dir: dir, object: Some(object) })
@@ -78,7 +83,10 @@ fn check_syntax(text: &str) -> Result<(), (String, String)> {
         return Err((format!("absolute path `{text}`"), "write the path relative to the kernel tree root".into()));
     }
     if text.split('/').any(|seg| seg == ".." || seg == ".") {
-        return Err((format!("`{text}` has a `.` or `..` segment"), "write the normalised path inside the tree".into()));
+        return Err((
+            format!("`{text}` has a `.` or `..` segment"),
+            "write the normalised path inside the tree".into(),
+        ));
     }
     if text.contains("//") {
         return Err((format!("`{text}` has an empty segment"), "remove the doubled `/`".into()));
@@ -89,7 +97,10 @@ fn check_syntax(text: &str) -> Result<(), (String, String)> {
             let end = after.find(')').ok_or_else(|| unbalanced(text))?;
             let name = &after[..end];
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err((format!("`$({name})` in `{text}` is not a plain make variable"), "only `$(NAME)` references are allowed in names".into()));
+                return Err((
+                    format!("`$({name})` in `{text}` is not a plain make variable"),
+                    "only `$(NAME)` references are allowed in names".into(),
+                ));
             }
             rest = &after[end + 1..];
             continue;
@@ -146,7 +157,20 @@ mod tests {
 
     #[test]
     fn rejects_what_would_inject_or_escape() {
-        for bad in ["/abs/x.o", "../x.o", "a/../x.o", "a/b c.o", "a/x#.o", "a/x:.o", "a/x;.o", "a/x\n.o", "a/x.c", "x.o", "a/$(shell rm).o", "a/$(X.o"] {
+        for bad in [
+            "/abs/x.o",
+            "../x.o",
+            "a/../x.o",
+            "a/b c.o",
+            "a/x#.o",
+            "a/x:.o",
+            "a/x;.o",
+            "a/x\n.o",
+            "a/x.c",
+            "x.o",
+            "a/$(shell rm).o",
+            "a/$(X.o",
+        ] {
             assert!(UnitPath::parse(bad, None).is_err(), "{bad:?} accepted");
         }
     }

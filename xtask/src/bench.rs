@@ -19,8 +19,16 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--tree" => options.tree = Some(it.next().ok_or("--tree needs a directory")?.into()),
-            "--runs" => options.runs = it.next().and_then(|r| r.parse().ok()).filter(|r| *r > 0).ok_or("--runs needs a positive number")?,
-            "-h" | "--help" => return Err("usage: cargo xtask bench [--tree DIR] [--runs N]\n\nExample:\n  cargo xtask bench --runs 21".into()),
+            "--runs" => {
+                options.runs =
+                    it.next().and_then(|r| r.parse().ok()).filter(|r| *r > 0).ok_or("--runs needs a positive number")?
+            }
+            "-h" | "--help" => {
+                return Err(
+                    "usage: cargo xtask bench [--tree DIR] [--runs N]\n\nExample:\n  cargo xtask bench --runs 21"
+                        .into(),
+                )
+            }
             other => return Err(format!("unexpected argument `{other}`")),
         }
     }
@@ -117,7 +125,15 @@ pub fn bench(repo: &Path, options: Options) -> Result<(), String> {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!("tree: {} ({} runs, medians)", tree.display(), options.runs);
     println!("rg (same kbuild files, same names)  {:>8.1} ms", ms(rg));
-    println!("sanpolicy import                    {:>8.1} ms   {:.2}x rg (target <= 1.0x)", ms(import), ms(import) / ms(rg));
-    println!("sanpolicy gen-makefiles --check     {:>8.1} ms   {:.2}x rg (target <= 0.2x)", ms(check), ms(check) / ms(rg));
+    println!(
+        "sanpolicy import                    {:>8.1} ms   {:.2}x rg (target <= 1.0x)",
+        ms(import),
+        ms(import) / ms(rg)
+    );
+    println!(
+        "sanpolicy gen-makefiles --check     {:>8.1} ms   {:.2}x rg (target <= 0.2x)",
+        ms(check),
+        ms(check) / ms(rg)
+    );
     Ok(())
 }

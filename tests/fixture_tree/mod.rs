@@ -1,0 +1,205 @@
+//! Shared by `tests/generate.rs` and `tests/cli.rs`: fixture trees copied into temporary
+//! directories with a kernel version's `scripts/`, the `sanpolicy` binary run inside them, and
+//! byte-exact fingerprints of a tree to prove what a run did or did not change.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const V6_12: &str = "linux-6.12";
+pub const V6_1: &str = "linux-6.1";
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A fixture tree in a temporary directory, with `scripts/Makefile.{lib,build}` of one kernel.
+pub struct Tree {
+    pub dir: tempfile::TempDir,
+    pub name: String,
+}
+
+impl Tree {
+    pub fn new(name: &str, version: &str) -> Tree {
+        let dir = tempfile::Builder::new().prefix("sanpolicy-tree-").tempdir().unwrap();
+        copy_dir(&fixtures().join("trees").join(name), dir.path());
+        let scripts = dir.path().join("scripts");
+        fs::create_dir_all(&scripts).unwrap();
+        for f in ["Makefile.lib", "Makefile.build"] {
+            fs::copy(fixtures().join("kernel-rules").join(version).join("scripts").join(f), scripts.join(f)).unwrap();
+        }
+        Tree { dir, name: name.to_string() }
+    }
+
+    /// The fixture as checked in (without `scripts/`).
+    pub fn original(&self) -> PathBuf {
+        fixtures().join("trees").join(&self.name)
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn join(&self, rel: &str) -> PathBuf {
+        self.path().join(rel)
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        fs::read_to_string(self.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    pub fn write(&self, rel: &str, text: &[u8]) {
+        fs::write(self.join(rel), text).unwrap();
+    }
+
+    /// Run `sanpolicy ARGS` with the tree as the current directory (the binary's default tree).
+    pub fn run(&self, args: &[&str]) -> Run {
+        run_in(self.path(), args)
+    }
+
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of(self.path())
+    }
+
+    /// Kbuild files (outside `scripts/`) whose bytes differ from the checked-in fixture, with
+    /// their full new text, for snapshots.
+    pub fn changed_kbuild_files(&self) -> String {
+        let mut out = String::new();
+        for rel in kbuild_files(self.path()) {
+            let now = fs::read(self.path().join(&rel)).unwrap();
+            let before = fs::read(self.original().join(&rel)).ok();
+            if before.as_deref() != Some(now.as_slice()) {
+                out.push_str(&format!("=== {rel}\n{}", String::from_utf8(now).unwrap()));
+                if !out.ends_with('\n') {
+                    out.push_str("\n[no newline at end of file]\n");
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Every `Makefile`/`Kbuild` under `root` outside `scripts/`, relative, sorted.
+pub fn kbuild_files(root: &Path) -> Vec<String> {
+    Fingerprint::of(root)
+        .files
+        .keys()
+        .filter(|p| {
+            !p.starts_with("scripts/")
+                && matches!(Path::new(p).file_name().and_then(|n| n.to_str()), Some("Makefile" | "Kbuild"))
+        })
+        .cloned()
+        .collect()
+}
+
+/// What a run of the binary produced.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Both streams, labelled, for snapshots.
+    pub fn both(&self) -> String {
+        format!("exit: {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+pub fn run_in(cwd: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_sanpolicy"))
+        .args(args)
+        .current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().expect("sanpolicy was killed by a signal"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// Every file under a directory (relative path → permission bits and bytes) and every
+/// directory: equal fingerprints mean nothing was written, created, removed or re-moded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint {
+    pub files: BTreeMap<String, (u32, Vec<u8>)>,
+    pub dirs: Vec<String>,
+}
+
+impl Fingerprint {
+    pub fn of(root: &Path) -> Fingerprint {
+        let mut fp = Fingerprint { files: BTreeMap::new(), dirs: Vec::new() };
+        fp.walk(root, root);
+        fp
+    }
+
+    fn walk(&mut self, root: &Path, dir: &Path) {
+        let mut entries: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap()).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = entry.path();
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                self.dirs.push(rel);
+                self.walk(root, &path);
+            } else {
+                self.files.insert(rel, (meta.permissions().mode() & 0o7777, fs::read(&path).unwrap()));
+            }
+        }
+    }
+
+    /// The paths whose presence, mode or bytes differ, for assertion messages.
+    pub fn differences(&self, other: &Fingerprint) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .files
+            .keys()
+            .chain(other.files.keys())
+            .filter(|k| self.files.get(*k) != other.files.get(*k))
+            .cloned()
+            .collect();
+        out.extend(self.dirs.iter().filter(|d| !other.dirs.contains(d)).map(|d| format!("{d}/ removed")));
+        out.extend(other.dirs.iter().filter(|d| !self.dirs.contains(d)).map(|d| format!("{d}/ created")));
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// Assert that nothing under the fingerprinted root changed.
+#[track_caller]
+pub fn assert_unchanged(before: &Fingerprint, after: &Fingerprint, what: &str) {
+    let diff = before.differences(after);
+    assert!(diff.is_empty(), "{what}: the tree changed: {diff:?}");
+}
+
+/// A regex matching `path` literally, for insta filters.
+pub fn literal(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.display().to_string().chars() {
+        if ".+*?()|[]{}^$\\".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
