@@ -1,0 +1,136 @@
+//! What every command shares: resolving the policy and tree from flags and defaults, loading
+//! them with all diagnostics collected, and rendering those diagnostics.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use super::{Defaults, EXIT_BAD_INPUT};
+use crate::diagnostic::{self, Code, Diagnostic, Diagnostics, Sources};
+use crate::generate::{self, Plan};
+use crate::kbuild::Rules;
+use crate::policy::{self, Policy};
+
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// Policy file (default: `sanitizer-policy.toml` in the tree; `policy/linux.toml` for xtask).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Kernel source tree (default: `.` for sanpolicy; none for xtask).
+    #[arg(long, value_name = "DIR")]
+    pub tree: Option<PathBuf>,
+}
+
+/// Renders diagnostics to stderr, in colour on a terminal.
+pub struct Ui {
+    pub sources: Sources,
+    color: bool,
+}
+
+impl Ui {
+    pub fn new() -> Ui {
+        let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        Ui { sources: Sources::default(), color }
+    }
+
+    pub fn report(&mut self, diags: &Diagnostics) {
+        if !diags.is_empty() {
+            eprint!("{}", diagnostic::render(diags, &mut self.sources, self.color));
+        }
+    }
+}
+
+/// The resolved inputs of a command.
+pub struct Inputs {
+    pub policy_path: PathBuf,
+    pub tree: Option<PathBuf>,
+    pub policy: Policy,
+    pub rules: Rules,
+}
+
+pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut Ui) -> Result<Inputs, u8> {
+    let tree = if allow_tree { args.tree.clone().or_else(|| defaults.tree.clone()) } else { None };
+    let mut diags = Diagnostics::default();
+    diags.0.extend(tree.as_deref().and_then(tree_problem));
+    let policy_path = match (&args.policy, &tree) {
+        (Some(p), _) => p.clone(),
+        (None, Some(t)) if defaults.policy.is_relative() => t.join(&defaults.policy),
+        (None, _) => defaults.policy.clone(),
+    };
+    if policy_path.is_dir() {
+        diags.push(
+            Diagnostic::error(Code::Io, format!("policy `{}` is a directory", policy_path.display()))
+                .hint("pass the policy file itself with `--policy FILE`"),
+        );
+    }
+    if diags.has_errors() {
+        ui.report(&diags);
+        return Err(EXIT_BAD_INPUT);
+    }
+    let (policy, policy_diags) = policy::load(&policy_path);
+    for (path, text) in &policy.files {
+        ui.sources.insert(path, text);
+    }
+    diags.extend(policy_diags);
+    let rules = match &tree {
+        Some(t) => {
+            let (rules, rule_diags) = Rules::from_tree(t);
+            diags.extend(rule_diags);
+            rules
+        }
+        None => Rules::builtin(),
+    };
+    if diags.has_bad_input() {
+        ui.report(&diags.sorted());
+        return Err(EXIT_BAD_INPUT);
+    }
+    ui.report(&diags.sorted());
+    Ok(Inputs { policy_path, tree, policy, rules })
+}
+
+pub fn plan_for(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: bool) -> Plan {
+    match (&inputs.tree, out) {
+        (Some(tree), None) => generate::plan_tree(&inputs.policy, tree, &inputs.rules, force, sweep),
+        (_, out) => {
+            let out = out.unwrap_or(&defaults.out);
+            let command = format!("{} gen-makefiles", defaults.program);
+            generate::plan_fragments(&inputs.policy, &inputs.rules, out, &command, &display(&inputs.policy_path))
+        }
+    }
+}
+
+pub fn display(path: &Path) -> String {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    path.strip_prefix(&cwd).unwrap_or(path).display().to_string()
+}
+
+/// Why `tree` cannot be used as a kernel tree, if it cannot.
+pub fn tree_problem(tree: &Path) -> Option<Diagnostic> {
+    let what = if tree.is_dir() {
+        return None;
+    } else if tree.exists() {
+        "is not a directory"
+    } else {
+        "does not exist"
+    };
+    Some(
+        Diagnostic::error(Code::Io, format!("tree `{}` {what}", tree.display()))
+            .hint("pass the top of a kernel source tree with `--tree DIR`"),
+    )
+}
+
+/// Tree checks and rules for commands that produce a policy rather than read one.
+pub fn inputs_without_policy(args: &CommonArgs, ui: &mut Ui) -> Result<Rules, u8> {
+    let tree = args.tree.as_deref().unwrap_or(Path::new("."));
+    if let Some(problem) = tree_problem(tree) {
+        ui.report(&Diagnostics(vec![problem]));
+        return Err(EXIT_BAD_INPUT);
+    }
+    let (rules, diags) = Rules::from_tree(tree);
+    ui.report(&diags);
+    if diags.has_errors() {
+        return Err(EXIT_BAD_INPUT);
+    }
+    Ok(rules)
+}
