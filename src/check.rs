@@ -1,13 +1,13 @@
 //! Checks that need more than the policy text: recursion-prone requirements against the
 //! effective state, sources of named objects, and directives outside the generated block.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::generate::{kbuild_file, read_kbuild, Plan};
-use crate::kbuild::{evaluate, instrumented_env, DecidedBy, Env, Evaluate, Oracle, Rules};
-use crate::makefile::{self, Condition, KbuildFile};
+use crate::kbuild::{configs, DecidedBy, Rules};
+use crate::makefile::{self, KbuildFile};
 use crate::mechanism::MechId;
 use crate::policy::{expand_variants, Policy, Requirement};
 
@@ -131,26 +131,6 @@ fn outside_directives(plan: &Plan, diags: &mut Diagnostics) {
     }
 }
 
-/// Conditions decided one way for an "every configuration" walk.
-struct Atoms<'a> {
-    fixed: &'a HashMap<String, bool>,
-    mech_config: &'a str,
-}
-
-impl Oracle for Atoms<'_> {
-    fn decide(&mut self, c: &Condition, env: &Env) -> bool {
-        if let Some(v) = self.fixed.get(&c.text) {
-            return *v;
-        }
-        // A line guarded by the mechanism's own option applies whenever the mechanism does.
-        match (c.kind, c.args.first()) {
-            (makefile::CondKind::Ifdef, Some(a)) if a == self.mech_config => true,
-            (makefile::CondKind::Ifndef, Some(a)) if a == self.mech_config => false,
-            _ => Evaluate.decide(c, env),
-        }
-    }
-}
-
 /// The kbuild text the requirement is judged against: as generated, else as on disk.
 fn file_for(dir: &str, tree: Option<&Path>, plan: &Plan) -> Option<(std::path::PathBuf, KbuildFile)> {
     if let Some(f) = plan.files.get(dir) {
@@ -198,61 +178,25 @@ struct Failure {
     decided_by: DecidedBy,
 }
 
-/// Walk every truth assignment of the conditions guarding this mechanism's lines (the
-/// mechanism's own option is taken as set) and find one where an object is instrumented.
+/// Walk every configuration (see `kbuild::configs`) and find one where an object is instrumented.
 fn first_instrumented(req: &Requirement, id: MechId, file: &KbuildFile, rules: &Rules) -> Option<Failure> {
-    let directives: Vec<_> = file.directives().filter(|(_, d)| d.mech == id).collect();
     let mut objects: Vec<String> = match &req.path.object {
         Some(o) => vec![o.clone()],
         None => {
             let mut v = vec!["sanpolicy-any-object.o".to_string()];
             v.extend(
-                directives
-                    .iter()
-                    .filter_map(|(_, d)| d.object.clone())
+                file.directives()
+                    .filter(|(_, d)| d.mech == id)
+                    .filter_map(|(_, d)| d.object)
                     .filter(|o| !o.contains('$') && !req.except.contains(o)),
             );
             v
         }
     };
     objects.dedup();
-    let mut atoms: Vec<String> = directives
-        .iter()
-        .flat_map(|(i, _)| file.assignments[*i].frames.iter().map(|f| f.condition.text.clone()))
-        .collect();
-    atoms.sort();
-    atoms.dedup();
-    atoms.truncate(10);
-    let mech_config = id.get().config;
-    for bits in 0u32..(1 << atoms.len()) {
-        let fixed: HashMap<String, bool> =
-            atoms.iter().enumerate().map(|(i, a)| (a.clone(), bits & (1 << i) != 0)).collect();
-        let mut env = instrumented_env();
-        env.run(file, &mut Atoms { fixed: &fixed, mech_config });
-        for object in &objects {
-            let Some(e) = evaluate(rules, id, object, &env, true) else { continue };
-            if e.on {
-                let conditions = atoms
-                    .iter()
-                    .filter(|a| !is_own_guard(a, mech_config))
-                    .map(|a| format!("`{a}` is {}", fixed[a]))
-                    .collect();
-                let shown = if req.path.object.is_some() {
-                    req.path.text.clone()
-                } else {
-                    format!("`{}{object}`", req.path.text)
-                };
-                return Some(Failure {
-                    object: if req.path.object.is_some() { "it".into() } else { shown },
-                    conditions,
-                    decided_by: e.decided_by,
-                });
-            }
-        }
-    }
-    None
-}
-
-fn is_own_guard(text: &str, mech_config: &str) -> bool {
-    text == format!("ifdef {mech_config}") || text == format!("ifndef {mech_config}")
+    let rows = configs::across(file, rules, id, &objects, true)?;
+    let (object, outcome) = rows.iter().find_map(|row| objects.iter().zip(row).find(|(_, o)| o.eval.on))?;
+    let conditions = outcome.guards.iter().map(|(g, v)| format!("`{g}` is {v}")).collect();
+    let object = if req.path.object.is_some() { "it".to_string() } else { format!("`{}{object}`", req.path.text) };
+    Some(Failure { object, conditions, decided_by: outcome.eval.decided_by.clone() })
 }

@@ -1,0 +1,158 @@
+//! Effective state across configurations: a kbuild file's lines for a mechanism may sit inside
+//! `ifdef`/`ifeq` blocks, so one object can be exempt in some configurations and instrumented in
+//! others. This walks every truth assignment of the conditions guarding that mechanism's lines,
+//! with the mechanism's own `CONFIG_` taken as set (a line guarded by it applies whenever the
+//! mechanism does) and every other mechanism configured.
+
+use std::collections::HashMap;
+
+use super::eval::{Env, Evaluate, Oracle};
+use super::resolve::{evaluate, instrumented_env, Evaluation};
+use super::rules::Rules;
+use crate::makefile::{CondKind, Condition, KbuildFile};
+use crate::mechanism::MechId;
+
+/// More guards than this are not enumerated (2^10 runs); the rest are evaluated normally.
+const MAX_GUARDS: usize = 10;
+
+/// The result in one configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Each guarding condition and whether it held.
+    pub guards: Vec<(String, bool)>,
+    pub eval: Evaluation,
+}
+
+/// The state of one object for one mechanism over all configurations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    On,
+    Off,
+    /// On in some configurations, off in others.
+    Depends(Vec<Outcome>),
+}
+
+impl State {
+    pub fn label(&self) -> String {
+        match self {
+            State::On => "on".into(),
+            State::Off => "off".into(),
+            State::Depends(outcomes) => {
+                let off: Vec<String> = outcomes.iter().filter(|o| !o.eval.on).map(|o| describe(&o.guards)).collect();
+                format!("off only when {}", off.join(" or "))
+            }
+        }
+    }
+}
+
+fn describe(guards: &[(String, bool)]) -> String {
+    guards
+        .iter()
+        .map(|(c, v)| if *v { format!("`{c}`") } else { format!("not `{c}`") })
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// Conditions decided one way for the walk.
+struct Fixed<'a> {
+    fixed: &'a HashMap<String, bool>,
+    mech_config: &'a str,
+}
+
+impl Oracle for Fixed<'_> {
+    fn decide(&mut self, c: &Condition, env: &Env) -> bool {
+        if let Some(v) = self.fixed.get(&c.text) {
+            return *v;
+        }
+        match (c.kind, c.args.first()) {
+            (CondKind::Ifdef, Some(a)) if a == self.mech_config => true,
+            (CondKind::Ifndef, Some(a)) if a == self.mech_config => false,
+            _ => Evaluate.decide(c, env),
+        }
+    }
+}
+
+fn is_own_guard(text: &str, mech_config: &str) -> bool {
+    text == format!("ifdef {mech_config}") || text == format!("ifndef {mech_config}")
+}
+
+/// The conditions enclosing `id`'s lines in `file`, other than the mechanism's own option.
+pub fn guards(file: &KbuildFile, id: MechId) -> Vec<String> {
+    let mech_config = id.get().config;
+    let mut guards: Vec<String> = file
+        .directives()
+        .filter(|(_, d)| d.mech == id)
+        .flat_map(|(i, _)| file.assignments[i].frames.iter().map(|f| f.condition.text.clone()))
+        .filter(|g| !is_own_guard(g, mech_config))
+        .collect();
+    guards.sort();
+    guards.dedup();
+    guards.truncate(MAX_GUARDS);
+    guards
+}
+
+/// Evaluate each of `objects` (relative to the file's directory) in every configuration.
+/// Returns, per configuration, the outcome for every object in order. `None` when the tree does
+/// not read `id`.
+pub fn across(
+    file: &KbuildFile,
+    rules: &Rules,
+    id: MechId,
+    objects: &[String],
+    kernel_object: bool,
+) -> Option<Vec<Vec<Outcome>>> {
+    rules.decision(id)?;
+    let guards = guards(file, id);
+    let mech_config = id.get().config;
+    let mut out = Vec::with_capacity(1 << guards.len());
+    for bits in 0u32..(1 << guards.len()) {
+        let fixed: HashMap<String, bool> =
+            guards.iter().enumerate().map(|(i, g)| (g.clone(), bits & (1 << i) != 0)).collect();
+        let mut env = instrumented_env();
+        env.run(file, &mut Fixed { fixed: &fixed, mech_config });
+        let assignment: Vec<(String, bool)> = guards.iter().map(|g| (g.clone(), fixed[g])).collect();
+        let row = objects
+            .iter()
+            .filter_map(|o| evaluate(rules, id, o, &env, kernel_object))
+            .map(|eval| Outcome { guards: assignment.clone(), eval })
+            .collect();
+        out.push(row);
+    }
+    Some(out)
+}
+
+/// The state of one object over all configurations.
+pub fn state(file: &KbuildFile, rules: &Rules, id: MechId, object: &str, kernel_object: bool) -> Option<State> {
+    let rows = across(file, rules, id, &[object.to_string()], kernel_object)?;
+    let outcomes: Vec<Outcome> = rows.into_iter().flatten().collect();
+    Some(if outcomes.iter().all(|o| o.eval.on) {
+        State::On
+    } else if outcomes.iter().all(|o| !o.eval.on) {
+        State::Off
+    } else {
+        State::Depends(outcomes)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::makefile::parse;
+
+    fn kasan_state(text: &str) -> State {
+        state(&parse(text), &Rules::builtin(), MechId::by_name("kasan").unwrap(), "a.o", true).unwrap()
+    }
+
+    #[test]
+    fn conditions_are_walked_both_ways() {
+        assert_eq!(kasan_state("KASAN_SANITIZE_a.o := n\n"), State::Off);
+        assert_eq!(kasan_state(""), State::On);
+        assert_eq!(
+            kasan_state("ifdef CONFIG_KASAN\nKASAN_SANITIZE_a.o := n\nendif\n"),
+            State::Off,
+            "own option is set"
+        );
+        let s = kasan_state("ifdef CONFIG_AMD_MEM_ENCRYPT\nKASAN_SANITIZE_a.o := n\nendif\n");
+        assert_eq!(s.label(), "off only when `ifdef CONFIG_AMD_MEM_ENCRYPT`");
+    }
+}
