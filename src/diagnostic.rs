@@ -38,6 +38,12 @@ pub enum Code {
     PlaceholderReason,
     RecursionProne,
     UnreadByTree,
+    Workspace,
+    UnknownCrate,
+    AmbiguousCrate,
+    UnownedTable,
+    UndocumentedAttribute,
+    UnparsableSource,
 }
 
 impl Code {
@@ -69,6 +75,12 @@ impl Code {
             Code::PlaceholderReason => "placeholder-reason",
             Code::RecursionProne => "recursion-prone",
             Code::UnreadByTree => "unread-by-tree",
+            Code::Workspace => "workspace",
+            Code::UnknownCrate => "unknown-crate",
+            Code::AmbiguousCrate => "ambiguous-crate",
+            Code::UnownedTable => "unowned-table",
+            Code::UndocumentedAttribute => "undocumented-attribute",
+            Code::UnparsableSource => "unparsable-source",
         }
     }
 
@@ -86,6 +98,8 @@ impl Code {
                 | Code::RecursionProne
                 | Code::UnreadByTree
                 | Code::HandEditedBlock
+                | Code::UndocumentedAttribute
+                | Code::UnparsableSource
         )
     }
 }

@@ -9,8 +9,10 @@
 //! - [`generate`]: planning the new text of every file before writing;
 //! - [`check`]: requirements, sources and drift;
 //! - [`output`]: the one atomic writer and the diffs;
-//! - [`diagnostic`]: one shape for every problem; [`cli`]: the shared command line.
+//! - [`diagnostic`]: one shape for every problem; [`cli`]: the shared command line;
+//! - [`cargo`]: the Cargo side: `[[crate]]` entries as profile tables in a workspace's `Cargo.toml`.
 
+pub mod cargo;
 pub mod check;
 pub mod cli;
 pub mod diagnostic;
@@ -22,3 +24,4 @@ pub mod makefile;
 pub mod mechanism;
 pub mod output;
 pub mod policy;
+pub mod review;

@@ -3,6 +3,10 @@
 //! This is the only place that names the Kbuild variables. Adding a mechanism is one row here;
 //! the policy parser, the Makefile reader, the emitter, the rules reader and the resolver all
 //! work from these rows.
+//!
+//! [`RUST_MECHANISMS`] is the same for rustc and Cargo (`[[crate]]` entries, `gen-cargo`): one
+//! row per sanitizer, coverage pass or profile key, with the runtime hooks that make a crate
+//! recursion-prone. It is a separate table so the Kbuild stages never see a Cargo row.
 
 /// How the kernel decides whether a word list means "on".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +141,142 @@ pub fn names() -> Vec<&'static str> {
     MECHANISMS.iter().map(|m| m.name).collect()
 }
 
+/// How a mechanism is switched for one Cargo package.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RustForm {
+    /// `-Zsanitizer=<value>` in the profile's `rustflags` (unstable: `profile-rustflags`).
+    Sanitizer {
+        value: &'static str,
+        /// rustc refuses to link crates that disagree on it (a "target modifier", RFC 3716) unless
+        /// they pass `-Cunsafe-allow-abi-mismatch=sanitizer`. `address` and `leak` are exempt.
+        target_modifier: bool,
+    },
+    /// Codegen flags in the profile's `rustflags` (unstable: `profile-rustflags`).
+    Flags { flags: &'static [&'static str] },
+    /// A stable boolean profile key: `true` when on, `false` when skipped.
+    ProfileKey { key: &'static str },
+}
+
+/// One instrumentation mechanism of rustc, switched per Cargo package.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RustMechanism {
+    /// Name used in `[[crate]]` and `[[profile]]` entries (`skip = ["asan"]`).
+    pub name: &'static str,
+    pub title: &'static str,
+    pub form: RustForm,
+    /// Symbol prefixes of the runtime hooks the instrumentation calls: a crate defining one
+    /// (`#[no_mangle] extern "C" fn __asan_load1`) recurses if instrumented, so must be exempt.
+    pub hooks: &'static [&'static str],
+    /// Names of this mechanism in `#[sanitize(NAME = "off")]` and `#[no_sanitize(NAME)]`.
+    pub attributes: &'static [&'static str],
+    /// The Kbuild mechanism with the same role, for hints.
+    pub kbuild: Option<&'static str>,
+}
+
+const fn sanitizer(
+    name: &'static str,
+    title: &'static str,
+    value: &'static str,
+    target_modifier: bool,
+    hooks: &'static [&'static str],
+    attributes: &'static [&'static str],
+    kbuild: Option<&'static str>,
+) -> RustMechanism {
+    RustMechanism { name, title, form: RustForm::Sanitizer { value, target_modifier }, hooks, attributes, kbuild }
+}
+
+/// Every rustc mechanism a `[[crate]]` entry can skip or force, in the order generated tables
+/// list them. Adding one is one row.
+pub static RUST_MECHANISMS: &[RustMechanism] = &[
+    sanitizer("asan", "AddressSanitizer", "address", false, &["__asan_"], &["address"], None),
+    sanitizer("lsan", "LeakSanitizer", "leak", false, &["__lsan_"], &[], None),
+    sanitizer("tsan", "ThreadSanitizer", "thread", true, &["__tsan_"], &["thread"], Some("kcsan")),
+    sanitizer("msan", "MemorySanitizer", "memory", true, &["__msan_"], &["memory"], Some("kmsan")),
+    sanitizer("hwasan", "HWAddressSanitizer", "hwaddress", true, &["__hwasan_"], &["hwaddress"], None),
+    sanitizer("kasan", "KASAN", "kernel-address", true, &["__asan_"], &["address", "kernel_address"], Some("kasan")),
+    RustMechanism {
+        name: "coverage",
+        title: "source-based coverage",
+        form: RustForm::Flags { flags: &["-Cinstrument-coverage"] },
+        hooks: &["__llvm_profile_"],
+        attributes: &[],
+        kbuild: Some("gcov"),
+    },
+    RustMechanism {
+        name: "sancov",
+        title: "SanitizerCoverage",
+        // The flags Rust-for-Linux passes for KCOV (`RUSTFLAGS_KCOV`).
+        form: RustForm::Flags {
+            flags: &[
+                "-Cpasses=sancov-module",
+                "-Cllvm-args=-sanitizer-coverage-level=3",
+                "-Cllvm-args=-sanitizer-coverage-trace-pc",
+            ],
+        },
+        hooks: &["__sanitizer_cov_"],
+        attributes: &[],
+        kbuild: Some("kcov"),
+    },
+    RustMechanism {
+        name: "overflow-checks",
+        title: "overflow checks",
+        form: RustForm::ProfileKey { key: "overflow-checks" },
+        hooks: &[],
+        attributes: &[],
+        kbuild: Some("ubsan"),
+    },
+    RustMechanism {
+        name: "debug-assertions",
+        title: "debug assertions",
+        form: RustForm::ProfileKey { key: "debug-assertions" },
+        hooks: &[],
+        attributes: &[],
+        kbuild: None,
+    },
+];
+
+/// Runtime hooks of instrumentation rustc never emits calls to: a Rust crate may define them
+/// (for C code linked with it) without any exemption. Listed by the source scan, never required.
+pub static FOREIGN_HOOKS: &[(&str, &str)] = &[
+    ("__ubsan_handle_", "UBSan (rustc has no UBSan; overflow checks panic instead)"),
+    ("__kcsan_", "KCSAN (rustc has no KCSAN instrumentation)"),
+    ("__gcov_", "GCOV (rustc's coverage is `-Cinstrument-coverage`)"),
+];
+
+/// Index of a mechanism in [`RUST_MECHANISMS`]; ordering follows the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RustMechId(pub usize);
+
+impl RustMechId {
+    pub fn get(self) -> &'static RustMechanism {
+        &RUST_MECHANISMS[self.0]
+    }
+
+    pub fn all() -> impl Iterator<Item = RustMechId> {
+        (0..RUST_MECHANISMS.len()).map(RustMechId)
+    }
+
+    pub fn by_name(name: &str) -> Option<RustMechId> {
+        RUST_MECHANISMS.iter().position(|m| m.name == name).map(RustMechId)
+    }
+
+    /// Whether this mechanism is switched through `rustflags` (needs `profile-rustflags`).
+    pub fn uses_rustflags(self) -> bool {
+        !matches!(self.get().form, RustForm::ProfileKey { .. })
+    }
+}
+
+impl std::fmt::Display for RustMechId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get().name)
+    }
+}
+
+/// The policy names of all rustc mechanisms, for "expected one of" hints.
+pub fn rust_names() -> Vec<&'static str> {
+    RUST_MECHANISMS.iter().map(|m| m.name).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +298,26 @@ mod tests {
             assert_eq!(MechId::by_name(id.get().name), Some(id));
         }
         assert_eq!(MechId::by_name("KASAN"), None);
+    }
+
+    #[test]
+    fn rust_rows_are_unique_and_well_formed() {
+        let mut names: Vec<_> = RUST_MECHANISMS.iter().map(|m| m.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), RUST_MECHANISMS.len());
+        for id in RustMechId::all() {
+            let m = id.get();
+            assert_eq!(RustMechId::by_name(m.name), Some(id));
+            assert!(m.name.chars().all(|c| c.is_ascii_lowercase() || c == '-'), "{}", m.name);
+            assert!(m.kbuild.is_none_or(|k| MechId::by_name(k).is_some()), "{}", m.name);
+            assert!(m.hooks.iter().all(|h| h.starts_with("__") && h.ends_with('_')), "{}", m.name);
+        }
+        // rustc's list: address and leak are not target modifiers, the others are.
+        for m in RUST_MECHANISMS {
+            if let RustForm::Sanitizer { value, target_modifier } = m.form {
+                assert_eq!(target_modifier, !matches!(value, "address" | "leak"), "{value}");
+            }
+        }
     }
 }

@@ -58,6 +58,8 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
         (None, Some(t)) if defaults.policy.is_relative() => t.join(&defaults.policy),
         (None, _) => defaults.policy.clone(),
     };
+    // Diagnostics name the policy as the user would type it: relative to the current directory.
+    let policy_path = PathBuf::from(display(&policy_path));
     if policy_path.is_dir() {
         diags.push(
             Diagnostic::error(Code::Io, format!("policy `{}` is a directory", policy_path.display()))

@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::context::{display, inputs, plan_for, CommonArgs, Ui};
+use super::context::{display, inputs, plan_for, CommonArgs, Inputs, Ui};
 use super::{summary, Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
-use crate::output;
+use crate::output::{self, Change};
+use crate::review::effective;
 
 #[derive(Debug, Args)]
 pub struct GenArgs {
@@ -30,7 +31,8 @@ pub struct GenArgs {
 
 pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Ok(inputs) = inputs(&args.common, defaults, args.out.is_none(), ui) else { return EXIT_BAD_INPUT };
-    let plan = plan_for(&inputs, args.out.as_deref(), defaults, args.force, !args.check || args.sweep);
+    let mut plan = plan_for(&inputs, args.out.as_deref(), defaults, args.force, !args.check || args.sweep);
+    plan.changes.push(effective_snapshot(&inputs, args.out.as_deref(), defaults));
     let blocking = plan.diags.clone().sorted();
     if blocking.has_errors() {
         ui.report(&blocking);
@@ -41,7 +43,7 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let stale: Vec<_> = plan.changes.iter().filter(|c| !c.is_noop()).collect();
     if args.check {
         for c in &stale {
-            print!("{}", c.diff());
+            out!("{}", c.diff());
         }
         if stale.is_empty() {
             eprintln!("{} generated file(s) up to date", plan.changes.len());
@@ -64,7 +66,7 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         .filter(|_| args.out.is_none())
         .map(Path::to_path_buf)
         .unwrap_or_else(|| args.out.clone().unwrap_or(defaults.out.clone()));
-    println!(
+    outln!(
         "{}",
         summary::render(
             &inputs.policy,
@@ -76,4 +78,17 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         )
     );
     EXIT_OK
+}
+
+/// The committed effective-policy snapshot: beside the policy, or in `--out` when given. It is
+/// computed from the policy's blocks alone, so it reads the same with or without a tree.
+fn effective_snapshot(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults) -> Change {
+    let beside = effective::snapshot_path(&inputs.policy_path);
+    let path = match out {
+        Some(dir) => dir.join(beside.file_name().unwrap_or_default()),
+        None => beside,
+    };
+    let table = effective::compute(&inputs.policy, &inputs.rules, None);
+    let text = effective::render(&table, &display(&inputs.policy_path), &format!("{} gen-makefiles", defaults.program));
+    Change { display: display(&path), old: std::fs::read_to_string(&path).ok(), new: Some(text), path }
 }

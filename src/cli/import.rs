@@ -66,7 +66,7 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     ui.report(&scan.diags.clone().sorted());
     if to_stdout {
-        print!("{text}");
+        out!("{text}");
     }
     if let Err(e) = output::apply(&changes) {
         eprintln!("error: writing failed: {e}");

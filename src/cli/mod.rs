@@ -1,10 +1,28 @@
 //! The command line shared by `sanpolicy` (inside a kernel checkout) and `cargo xtask` (in this
 //! repository). Only this module prints; every stage below returns values.
 
+/// `print!` that ends quietly when stdout is closed (`sanpolicy report | head`) instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `println!` counterpart of [`out!`].
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 mod check;
 mod context;
 mod gen;
+mod hook;
 mod import;
+mod review;
 mod rules;
 mod summary;
 
@@ -80,6 +98,27 @@ enum Command {
     /// Show which Kbuild rules the tree uses (naming and defaults per mechanism).
     #[command(after_help = "Example:\n  sanpolicy rules --tree /usr/src/linux")]
     Rules(CommonArgs),
+    /// Why is an object (not) instrumented: state per mechanism, the deciding line, its reason.
+    #[command(
+        after_help = "Examples:\n  sanpolicy explain kernel/locking/lockdep.o\n  cargo xtask explain mm/kasan/ --format json"
+    )]
+    Explain(review::ExplainArgs),
+    /// The whole policy as a reviewable summary (Markdown for a PR comment, or JSON).
+    #[command(after_help = "Examples:\n  sanpolicy report\n  cargo xtask report --format json")]
+    Report(review::ReportArgs),
+    /// What a policy change does to effective instrumentation, newly uninstrumented first.
+    #[command(
+        after_help = "Examples:\n  sanpolicy diff --base origin/master     # this branch's policy against master's\n  cargo xtask diff old.toml new.toml --format json"
+    )]
+    Diff(review::DiffArgs),
+    /// The git pre-commit check: staged kbuild files and policy in sync, no hand-added directives.
+    #[command(after_help = "Example:\n  sanpolicy pre-commit        # what `install-hook` makes git run")]
+    PreCommit(CommonArgs),
+    /// Install the pre-commit hook into this checkout (`.git/hooks/pre-commit`).
+    #[command(
+        after_help = "Example:\n  sanpolicy install-hook\n  sanpolicy install-hook --force   # replace a hook sanpolicy did not write"
+    )]
+    InstallHook(hook::InstallHookArgs),
 }
 
 /// Parse `args` (program name first) and run; returns the exit code.
@@ -97,5 +136,10 @@ pub fn main(args: impl IntoIterator<Item = String>, defaults: &Defaults) -> u8 {
         Command::Check(a) => check::run(&a, defaults, &mut ui),
         Command::Rules(a) => rules::run(&a, defaults, &mut ui),
         Command::Import(a) => import::run(&a, defaults, &mut ui),
+        Command::Explain(a) => review::explain_run(&a, defaults, &mut ui),
+        Command::Report(a) => review::report_run(&a, defaults, &mut ui),
+        Command::Diff(a) => review::diff_run(&a, defaults, &mut ui),
+        Command::PreCommit(a) => hook::pre_commit_run(&a, defaults, &mut ui),
+        Command::InstallHook(a) => hook::install_run(&a, defaults, &mut ui),
     }
 }

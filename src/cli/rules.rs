@@ -13,7 +13,7 @@ pub fn run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         None => Rules::builtin(),
     };
     for line in rules.describe() {
-        println!("{line}");
+        outln!("{line}");
     }
     EXIT_OK
 }

@@ -76,12 +76,49 @@ fn is_own_guard(text: &str, mech_config: &str) -> bool {
     text == format!("ifdef {mech_config}") || text == format!("ifndef {mech_config}")
 }
 
-/// The conditions enclosing `id`'s lines in `file`, other than the mechanism's own option.
-pub fn guards(file: &KbuildFile, id: MechId) -> Vec<String> {
+/// Mechanisms whose variables `id`'s decision reads (signed-wrap also reads `UBSAN_SANITIZE`).
+fn read_by(rules: &Rules, id: MechId) -> Vec<MechId> {
+    let Some(super::rules::Decision { kind: super::rules::DecisionKind::Chain { terms, .. }, .. }) = rules.decision(id)
+    else {
+        return vec![id];
+    };
+    let vars: Vec<&str> = terms
+        .iter()
+        .filter_map(|t| match t {
+            super::rules::Term::PerObject(v) | super::rules::Term::Directory(v) => Some(v.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut ids: Vec<MechId> = MechId::all()
+        .filter(|m| matches!(m.get().form, crate::mechanism::Form::Variable { var, .. } if vars.contains(&var)))
+        .collect();
+    if !ids.contains(&id) {
+        ids.push(id);
+    }
+    ids
+}
+
+/// The conditions enclosing the lines that can decide `id` for `objects` (all objects when
+/// `None`), other than the mechanism's own option.
+pub fn guards(
+    file: &KbuildFile,
+    rules: &Rules,
+    id: MechId,
+    objects: Option<&[String]>,
+    preset: &[(String, String)],
+) -> Vec<String> {
     let mech_config = id.get().config;
+    let read = read_by(rules, id);
+    let naming = rules.naming(id);
+    let substitute = |text: &str| preset.iter().fold(text.to_string(), |t, (n, v)| t.replace(&format!("$({n})"), v));
+    let stems: Option<Vec<String>> = objects.map(|os| os.iter().map(|o| naming.stem(o)).collect());
     let mut guards: Vec<String> = file
         .directives()
-        .filter(|(_, d)| d.mech == id)
+        .filter(|(_, d)| read.contains(&d.mech))
+        .filter(|(_, d)| match (&d.object, &stems) {
+            (Some(o), Some(stems)) => stems.contains(&naming.stem(&substitute(o))) || o.contains("$("),
+            _ => true,
+        })
         .flat_map(|(i, _)| file.assignments[i].frames.iter().map(|f| f.condition.text.clone()))
         .filter(|g| !is_own_guard(g, mech_config))
         .collect();
@@ -101,14 +138,29 @@ pub fn across(
     objects: &[String],
     kernel_object: bool,
 ) -> Option<Vec<Vec<Outcome>>> {
+    across_with(file, rules, id, objects, kernel_object, &[])
+}
+
+/// [`across`] with extra variables preset (values for `$(BITS)` in names).
+pub fn across_with(
+    file: &KbuildFile,
+    rules: &Rules,
+    id: MechId,
+    objects: &[String],
+    kernel_object: bool,
+    preset: &[(String, String)],
+) -> Option<Vec<Vec<Outcome>>> {
     rules.decision(id)?;
-    let guards = guards(file, id);
+    let guards = guards(file, rules, id, Some(objects), preset);
     let mech_config = id.get().config;
     let mut out = Vec::with_capacity(1 << guards.len());
     for bits in 0u32..(1 << guards.len()) {
         let fixed: HashMap<String, bool> =
             guards.iter().enumerate().map(|(i, g)| (g.clone(), bits & (1 << i) != 0)).collect();
         let mut env = instrumented_env();
+        for (name, value) in preset {
+            env.set(name, value);
+        }
         env.run(file, &mut Fixed { fixed: &fixed, mech_config });
         let assignment: Vec<(String, bool)> = guards.iter().map(|g| (g.clone(), fixed[g])).collect();
         let row = objects
@@ -123,15 +175,51 @@ pub fn across(
 
 /// The state of one object over all configurations.
 pub fn state(file: &KbuildFile, rules: &Rules, id: MechId, object: &str, kernel_object: bool) -> Option<State> {
-    let rows = across(file, rules, id, &[object.to_string()], kernel_object)?;
+    state_with(file, rules, id, object, kernel_object, &[])
+}
+
+/// [`state`] with extra variables preset.
+pub fn state_with(
+    file: &KbuildFile,
+    rules: &Rules,
+    id: MechId,
+    object: &str,
+    kernel_object: bool,
+    preset: &[(String, String)],
+) -> Option<State> {
+    let rows = across_with(file, rules, id, &[object.to_string()], kernel_object, preset)?;
     let outcomes: Vec<Outcome> = rows.into_iter().flatten().collect();
     Some(if outcomes.iter().all(|o| o.eval.on) {
         State::On
     } else if outcomes.iter().all(|o| !o.eval.on) {
         State::Off
     } else {
-        State::Depends(outcomes)
+        State::Depends(influential(outcomes))
     })
+}
+
+/// Drop guards whose value never changes the result, and the duplicate rows that leaves, so
+/// the state reads "off only when `ifdef X`" rather than a full truth table.
+fn influential(outcomes: Vec<Outcome>) -> Vec<Outcome> {
+    let on_for = |guards: &[(String, bool)]| outcomes.iter().find(|o| o.guards == guards).map(|o| o.eval.on);
+    let count = outcomes.first().map_or(0, |o| o.guards.len());
+    let matters: Vec<bool> = (0..count)
+        .map(|g| {
+            outcomes.iter().any(|o| {
+                let mut flipped = o.guards.clone();
+                flipped[g].1 = !flipped[g].1;
+                on_for(&flipped).is_some_and(|on| on != o.eval.on)
+            })
+        })
+        .collect();
+    let mut out: Vec<Outcome> = Vec::new();
+    for mut o in outcomes.iter().cloned() {
+        o.guards = o.guards.into_iter().zip(&matters).filter(|(_, m)| **m).map(|(g, _)| g).collect();
+        if !out.iter().any(|p| p.guards == o.guards) {
+            out.push(o);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

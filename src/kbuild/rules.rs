@@ -74,6 +74,24 @@ pub struct Decision {
     pub line: usize,
 }
 
+impl Decision {
+    /// What applies when neither the object nor the directory sets a value, e.g.
+    /// `default $(is-kernel-object)`.
+    pub fn default_text(&self) -> String {
+        match &self.kind {
+            DecisionKind::Chain { terms, gated, .. } => {
+                let tail: Vec<String> = terms
+                    .iter()
+                    .filter(|t| !matches!(t, Term::PerObject(_) | Term::Directory(_)))
+                    .map(term_text)
+                    .collect();
+                format!("default {}{}", tail.join(""), if *gated { ", only for kernel objects" } else { "" })
+            }
+            DecisionKind::Flags => "flag removal".to_string(),
+        }
+    }
+}
+
 /// The rules of one tree (or the built-in ones).
 #[derive(Debug, Clone)]
 pub struct Rules {
@@ -82,14 +100,19 @@ pub struct Rules {
     pub decisions: BTreeMap<MechId, Decision>,
 }
 
-const BUILTIN: &str = include_str!("builtin/linux-6.12.mk");
+/// Linux 6.12's own rule files, verbatim (GPL-2.0), shared with the tests' fixtures.
+const BUILTIN_LIB: &str = include_str!("../../tests/fixtures/kernel-rules/linux-6.12/scripts/Makefile.lib");
+const BUILTIN_BUILD: &str = include_str!("../../tests/fixtures/kernel-rules/linux-6.12/scripts/Makefile.build");
 
 impl Rules {
     /// The rules of Linux 6.12, used when no tree is given.
     pub fn builtin() -> Rules {
-        let (rules, diags) = Rules::from_texts("built-in Linux 6.12 rules", &|_| {
-            Some((PathBuf::from("builtin/linux-6.12.mk"), BUILTIN.to_string()))
-        });
+        let read = |file: &str| match file {
+            "scripts/Makefile.lib" => Some((PathBuf::from(file), BUILTIN_LIB.to_string())),
+            "scripts/Makefile.build" => Some((PathBuf::from(file), BUILTIN_BUILD.to_string())),
+            _ => None,
+        };
+        let (rules, diags) = Rules::from_texts("built-in Linux 6.12 rules", &read);
         debug_assert!(diags.is_empty(), "{diags:?}");
         rules
     }
@@ -149,17 +172,7 @@ impl Rules {
     pub fn describe(&self) -> Vec<String> {
         let mut out = vec![format!("rules from {}", self.source)];
         for (id, d) in &self.decisions {
-            let default = match &d.kind {
-                DecisionKind::Chain { terms, gated, .. } => {
-                    let tail: Vec<String> = terms
-                        .iter()
-                        .filter(|t| !matches!(t, Term::PerObject(_) | Term::Directory(_)))
-                        .map(term_text)
-                        .collect();
-                    format!("default {}{}", tail.join(""), if *gated { ", only for kernel objects" } else { "" })
-                }
-                DecisionKind::Flags => "flag removal".to_string(),
-            };
+            let default = d.default_text();
             out.push(format!(
                 "  {:<18} names $({}), {} ({}:{})",
                 id.get().name,

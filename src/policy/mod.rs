@@ -1,10 +1,12 @@
 //! The policy model: which units (objects or directories) skip or force which mechanisms, why,
 //! and which units must stay exempt (recursion-prone requirements).
 
+mod crates;
 mod parse;
 mod paths;
 
-pub use parse::{load, parse_str};
+pub use crates::{CargoProfile, CrateEntry, CrateSpec, RESERVED_PROFILES};
+pub use parse::{load, load_with, parse_str, Reader};
 pub use paths::{expand_variants, UnitPath};
 
 use std::collections::BTreeMap;
@@ -59,6 +61,10 @@ pub struct Policy {
     pub files: Vec<(PathBuf, String)>,
     pub units: Vec<Unit>,
     pub requirements: Vec<Requirement>,
+    /// `[[crate]]` entries: Cargo packages (the Cargo side, `gen-cargo`).
+    pub crates: Vec<CrateEntry>,
+    /// `[[profile]]` entries: the Cargo profiles `gen-cargo` writes.
+    pub profiles: Vec<CargoProfile>,
 }
 
 impl Policy {

@@ -11,15 +11,25 @@ use super::{Policy, Requirement, Setting, Unit, UnitPath};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::mechanism::{self, MechId};
 
-const TOP_KEYS: &[&str] = &["include", "unit", "require"];
+mod cargo;
+
+const TOP_KEYS: &[&str] = &["include", "unit", "require", "crate", "profile"];
 const UNIT_KEYS: &[&str] = &["path", "skip", "force", "why", "links", "when", "vars", "kbuild-dir"];
 const REQUIRE_KEYS: &[&str] = &["path", "exempt", "except", "why", "links"];
 
 /// Read and parse the policy at `path` and the files it includes.
 pub fn load(path: &Path) -> (Policy, Diagnostics) {
+    load_with(path, &|p| std::fs::read(p))
+}
+
+/// Reads file contents for the parser: the filesystem, or another source such as a git revision.
+pub type Reader<'a> = &'a dyn Fn(&Path) -> std::io::Result<Vec<u8>>;
+
+/// Like [`load`], reading the policy and its includes through `read`.
+pub fn load_with(path: &Path, read: Reader) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
-    load_into(path, &mut policy, &mut diags, 0);
+    load_into(path, &mut policy, &mut diags, 0, read);
     check_duplicates(&policy, &mut diags);
     (policy, diags)
 }
@@ -28,15 +38,15 @@ pub fn load(path: &Path) -> (Policy, Diagnostics) {
 pub fn parse_str(path: &Path, text: &str) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
-    parse_file(path, text, &mut policy, &mut diags, 0);
+    parse_file(path, text, &mut policy, &mut diags, 0, &|p| std::fs::read(p));
     check_duplicates(&policy, &mut diags);
     (policy, diags)
 }
 
-fn load_into(path: &Path, policy: &mut Policy, diags: &mut Diagnostics, depth: usize) {
-    match std::fs::read(path) {
+fn load_into(path: &Path, policy: &mut Policy, diags: &mut Diagnostics, depth: usize, read: Reader) {
+    match read(path) {
         Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => parse_file(path, &text, policy, diags, depth),
+            Ok(text) => parse_file(path, &text, policy, diags, depth, read),
             Err(e) => diags.push(
                 Diagnostic::error(
                     Code::Io,
@@ -75,7 +85,7 @@ impl Ctx<'_> {
     }
 }
 
-fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnostics, depth: usize) {
+fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnostics, depth: usize, read: Reader) {
     policy.files.push((path.to_path_buf(), text.to_string()));
     let doc = match Document::parse(text) {
         Ok(doc) => doc,
@@ -102,6 +112,7 @@ fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnost
             policy.requirements.push(req);
         }
     }
+    cargo::parse(&mut cx, root, policy);
     for (name, span) in string_list(&mut cx, root, "include") {
         let target = path.parent().unwrap_or(Path::new(".")).join(&name);
         if depth >= 8 || policy.files.iter().any(|(p, _)| *p == target) {
@@ -113,7 +124,7 @@ fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnost
             );
             continue;
         }
-        load_into(&target, policy, cx.diags, depth + 1);
+        load_into(&target, policy, cx.diags, depth + 1, read);
     }
 }
 

@@ -1,0 +1,265 @@
+//! From the policy and the resolved graph to the tables of each Cargo profile: which package
+//! each `[[crate]]` names, and per profile which flags and keys every package gets.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::workspace::{Package, Workspace};
+use crate::diagnostic::{Code, Diagnostic, Diagnostics};
+use crate::mechanism::{RustForm, RustMechId};
+use crate::policy::{CargoProfile, CrateEntry, Policy, Setting};
+
+/// Lets crates that disagree on a target-modifier sanitizer be linked together.
+pub const ABI_MISMATCH_FLAG: &str = "-Cunsafe-allow-abi-mismatch=sanitizer";
+
+/// A `[[crate]]` entry with the package it names.
+#[derive(Debug, Clone)]
+pub struct Resolved<'a> {
+    pub entry: &'a CrateEntry,
+    pub package: &'a Package,
+    /// The key of its `[profile.*.package.<key>]` table: the name, or `name@version` where the
+    /// graph holds two versions.
+    pub key: String,
+}
+
+/// Match every `[[crate]]` to exactly one package of the graph.
+pub fn resolve<'a>(policy: &'a Policy, workspace: &'a Workspace) -> (Vec<Resolved<'a>>, Diagnostics) {
+    let mut out: Vec<Resolved<'a>> = Vec::new();
+    let mut diags = Diagnostics::default();
+    for entry in &policy.crates {
+        let spec = &entry.spec;
+        let same_name: Vec<&Package> = workspace.packages.iter().filter(|p| p.name == spec.name).collect();
+        let matching: Vec<&Package> =
+            same_name.iter().copied().filter(|p| spec.matches(&p.name, &p.version)).collect();
+        let versions = |ps: &[&Package]| ps.iter().map(|p| format!("`{}@{}`", p.name, p.version)).collect::<Vec<_>>();
+        match matching.as_slice() {
+            [package] => {
+                let key = if same_name.len() == 1 { package.name.clone() } else { format!("{}@{}", package.name, package.version) };
+                if let Some(first) = out.iter().find(|r| std::ptr::eq(r.package, *package)) {
+                    diags.push(
+                        Diagnostic::error(Code::DuplicateUnit, format!("`{key}` is named twice"))
+                            .at(entry.location.clone())
+                            .hint(format!("merge it with the entry at {}", first.entry.location)),
+                    );
+                    continue;
+                }
+                out.push(Resolved { entry, package, key });
+            }
+            [] if !same_name.is_empty() => diags.push(
+                Diagnostic::error(Code::UnknownCrate, format!("no version of `{}` matches `{spec}`", spec.name))
+                    .at(entry.location.clone())
+                    .hint(format!("the graph has {}", versions(&same_name).join(", "))),
+            ),
+            [] => {
+                let names: BTreeSet<&str> = workspace.packages.iter().map(|p| p.name.as_str()).collect();
+                let close = closest_names(&spec.name, &names);
+                let hint = if close.is_empty() {
+                    format!(
+                        "`{}` is not in the resolved graph of {} ({} packages); name a member or a dependency",
+                        spec.name,
+                        workspace.manifest.display(),
+                        workspace.packages.len()
+                    )
+                } else {
+                    format!("did you mean {}?", close.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(" or "))
+                };
+                diags.push(
+                    Diagnostic::error(Code::UnknownCrate, format!("no package `{}` in the workspace's graph", spec.name))
+                        .at(entry.location.clone())
+                        .hint(hint),
+                );
+            }
+            several => diags.push(
+                Diagnostic::error(
+                    Code::AmbiguousCrate,
+                    format!("`{spec}` matches {} packages of the graph", several.len()),
+                )
+                .at(entry.location.clone())
+                .hint(format!("name one version: {}", versions(several).join(" or "))),
+            ),
+        }
+    }
+    (out, diags)
+}
+
+/// Up to three package names close to `name` (`-` and `_` count as the same).
+fn closest_names<'a>(name: &str, names: &BTreeSet<&'a str>) -> Vec<&'a str> {
+    let norm = |s: &str| s.to_lowercase().replace('-', "_");
+    let wanted = norm(name);
+    let mut scored: Vec<(usize, &str)> = names
+        .iter()
+        .map(|n| (strsim::damerau_levenshtein(&wanted, &norm(n)), *n))
+        .filter(|(d, n)| *d <= 2.max(n.len() / 3))
+        .collect();
+    scored.sort();
+    scored.into_iter().take(3).map(|(_, n)| n).collect()
+}
+
+/// The tables of one package inside a profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackageTable {
+    pub key: String,
+    /// Replaces the profile's `rustflags` for this package.
+    pub rustflags: Option<Vec<String>>,
+    pub keys: Vec<(&'static str, bool)>,
+    /// Comment lines above the table: what it does and why.
+    pub comment: Vec<String>,
+}
+
+/// Everything one generated profile holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileTables {
+    pub name: String,
+    pub inherits: String,
+    pub rustflags: Option<Vec<String>>,
+    pub keys: Vec<(&'static str, bool)>,
+    /// Target-modifier sanitizers in play: every `rustflags` carries [`ABI_MISMATCH_FLAG`].
+    pub target_modifiers: Vec<RustMechId>,
+    /// `[profile.<name>.build-override] rustflags = []`: build scripts and proc-macros run on
+    /// the host during the build and are never instrumented.
+    pub build_override: bool,
+    pub packages: Vec<PackageTable>,
+    /// Comment lines under the marker (the profile's reason, what it needs).
+    pub comment: Vec<String>,
+}
+
+impl ProfileTables {
+    pub fn uses_rustflags(&self) -> bool {
+        self.rustflags.is_some() || self.packages.iter().any(|p| p.rustflags.is_some())
+    }
+}
+
+/// The mechanisms on for `package` in `profile`: the profile's, minus what the crate skips,
+/// plus what it forces.
+pub fn effective(profile: &CargoProfile, entry: Option<&CrateEntry>) -> BTreeSet<RustMechId> {
+    let mut on: BTreeSet<RustMechId> = profile.enable.iter().copied().collect();
+    if let Some(entry) = entry {
+        for (id, setting) in &entry.settings {
+            match setting {
+                Setting::Skip => on.remove(id),
+                Setting::Force => on.insert(*id),
+            };
+        }
+    }
+    on
+}
+
+fn flags(on: &BTreeSet<RustMechId>, abi: bool) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for id in on {
+        match id.get().form {
+            RustForm::Sanitizer { value, .. } => out.push(format!("-Zsanitizer={value}")),
+            RustForm::Flags { flags } => out.extend(flags.iter().map(|f| f.to_string())),
+            RustForm::ProfileKey { .. } => {}
+        }
+    }
+    if abi {
+        out.push(ABI_MISMATCH_FLAG.to_string());
+    }
+    out
+}
+
+fn rustflag_mechanisms(on: &BTreeSet<RustMechId>) -> BTreeSet<RustMechId> {
+    on.iter().copied().filter(|id| id.uses_rustflags()).collect()
+}
+
+fn comment_text(text: &str) -> Vec<String> {
+    text.lines().map(|l| l.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>()).collect()
+}
+
+fn names(ids: &[RustMechId]) -> String {
+    ids.iter().map(|id| id.get().name).collect::<Vec<_>>().join(", ")
+}
+
+/// The tables of `profile`, for the crates of `resolved`.
+pub fn tables(profile: &CargoProfile, resolved: &[Resolved]) -> ProfileTables {
+    let base: BTreeSet<RustMechId> = profile.enable.iter().copied().collect();
+    let mut target_modifiers: BTreeSet<RustMechId> = BTreeSet::new();
+    let mut consider = |on: &BTreeSet<RustMechId>| {
+        for id in on {
+            if let RustForm::Sanitizer { target_modifier: true, .. } = id.get().form {
+                target_modifiers.insert(*id);
+            }
+        }
+    };
+    consider(&base);
+    for r in resolved {
+        consider(&effective(profile, Some(r.entry)));
+    }
+    let abi = !target_modifiers.is_empty();
+    let base_flags = rustflag_mechanisms(&base);
+    let rustflags = (!base_flags.is_empty() || abi).then(|| flags(&base_flags, abi));
+    let keys = base
+        .iter()
+        .filter_map(|id| match id.get().form {
+            RustForm::ProfileKey { key } => Some((key, true)),
+            _ => None,
+        })
+        .collect();
+    let mut packages = Vec::new();
+    for r in resolved {
+        let on = effective(profile, Some(r.entry));
+        let own_flags = rustflag_mechanisms(&on);
+        let rustflags = (own_flags != base_flags).then(|| flags(&own_flags, abi));
+        let keys: Vec<(&'static str, bool)> = r
+            .entry
+            .settings
+            .iter()
+            .filter_map(|(id, setting)| match id.get().form {
+                RustForm::ProfileKey { key } => Some((key, *setting == Setting::Force)),
+                _ => None,
+            })
+            .collect();
+        if rustflags.is_none() && keys.is_empty() {
+            continue;
+        }
+        let by = |s: Setting| r.entry.settings.iter().filter(|(_, v)| **v == s).map(|(k, _)| *k).collect::<Vec<_>>();
+        let (skip, force) = (by(Setting::Skip), by(Setting::Force));
+        let mut what = Vec::new();
+        if !skip.is_empty() {
+            what.push(format!("skip {}", names(&skip)));
+        }
+        if !force.is_empty() {
+            what.push(format!("force {}", names(&force)));
+        }
+        let mut comment = vec![format!("{} {}: {}", r.package.name, r.package.version, what.join("; "))];
+        comment.extend(comment_text(&r.entry.why));
+        comment.extend(r.entry.links.iter().map(|l| format!("see {l}")));
+        packages.push(PackageTable { key: r.key.clone(), rustflags, keys, comment });
+    }
+    let mut comment = Vec::new();
+    if let Some(why) = &profile.why {
+        comment.extend(comment_text(why));
+    }
+    comment.extend(profile.links.iter().map(|l| format!("see {l}")));
+    let uses_rustflags = rustflags.is_some() || packages.iter().any(|p| p.rustflags.is_some());
+    if uses_rustflags {
+        comment.push("`rustflags` in a profile and `-Z` flags are unstable: build with `RUSTC_BOOTSTRAP=1` or nightly.".into());
+    }
+    let target_modifiers: Vec<RustMechId> = target_modifiers.into_iter().collect();
+    if abi {
+        let titles: Vec<&str> = target_modifiers.iter().map(|id| id.get().title).collect();
+        comment.push(format!(
+            "{} changes the ABI (a target modifier): every crate here passes `{ABI_MISMATCH_FLAG}`,",
+            titles.join(" and ")
+        ));
+        comment.push(
+            "or rustc would refuse to link instrumented crates with exempt ones and with the prebuilt, uninstrumented std."
+                .into(),
+        );
+    }
+    ProfileTables {
+        name: profile.name.clone(),
+        inherits: profile.inherits.clone(),
+        rustflags,
+        keys,
+        target_modifiers,
+        build_override: rustflags.is_some(),
+        packages,
+        comment,
+    }
+}
+
+/// The crate entry (if any) of each package, by (name, version).
+pub fn entries_by_package<'a>(resolved: &[Resolved<'a>]) -> BTreeMap<(String, String), &'a CrateEntry> {
+    resolved.iter().map(|r| ((r.package.name.clone(), r.package.version.clone()), r.entry)).collect()
+}

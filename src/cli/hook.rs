@@ -1,0 +1,86 @@
+//! `pre-commit` (what the git hook runs) and `install-hook`.
+
+use std::path::Path;
+
+use clap::Args;
+
+use super::context::{inputs, tree_problem, CommonArgs, Ui};
+use super::{Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
+use crate::diagnostic::{Code, Diagnostic, Diagnostics};
+use crate::output;
+use crate::review::hook;
+
+pub fn pre_commit_run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+    let Ok(inputs) = inputs(args, defaults, true, ui) else { return EXIT_BAD_INPUT };
+    let tree = inputs.tree.clone().unwrap_or_else(|| ".".into());
+    let outcome = match hook::pre_commit(&tree, &inputs.policy_path, &inputs.rules) {
+        Ok(o) => o,
+        Err(e) => {
+            ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, e).hint("run inside a git checkout")]));
+            return EXIT_BAD_INPUT;
+        }
+    };
+    for c in &outcome.stale {
+        out!("{}", c.diff());
+    }
+    ui.report(&outcome.diags.clone().sorted());
+    if outcome.diags.has_bad_input() {
+        return EXIT_BAD_INPUT;
+    }
+    if outcome.stale.is_empty() && !outcome.diags.has_errors() {
+        return EXIT_OK;
+    }
+    eprintln!(
+        "sanpolicy: staged kbuild files are out of sync with the policy; fix with `{} gen-makefiles && git add -u` (policy changes go in {})",
+        defaults.program,
+        inputs.policy_path.display()
+    );
+    EXIT_FINDINGS
+}
+
+#[derive(Debug, Args)]
+pub struct InstallHookArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Replace an existing pre-commit hook that sanpolicy did not write.
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+    let tree = args.common.tree.clone().or_else(|| defaults.tree.clone()).unwrap_or_else(|| ".".into());
+    if let Some(problem) = tree_problem(&tree) {
+        ui.report(&Diagnostics(vec![problem]));
+        return EXIT_BAD_INPUT;
+    }
+    let dir = match hook::hooks_dir(&tree) {
+        Ok(d) => d,
+        Err(e) => {
+            ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, e).hint("run inside the kernel's git checkout")]));
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let path = dir.join("pre-commit");
+    if let Ok(existing) = std::fs::read_to_string(&path) {
+        if !existing.contains(hook::HOOK_MARKER) && !args.force {
+            ui.report(&Diagnostics(vec![Diagnostic::error(
+                Code::Io,
+                format!("`{}` exists and was not written by sanpolicy", path.display()),
+            )
+            .hint("pass `--force` to replace it, or call `sanpolicy pre-commit` from your own hook")]));
+            return EXIT_BAD_INPUT;
+        }
+    }
+    let script = hook::hook_script(args.common.policy.as_deref());
+    if let Err(e) = output::write_atomic(&path, &script).and_then(|()| make_executable(&path)) {
+        eprintln!("error: cannot write `{}`: {e}", path.display());
+        return EXIT_BAD_INPUT;
+    }
+    outln!("installed {}", path.display());
+    EXIT_OK
+}
+
+fn make_executable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}

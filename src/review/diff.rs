@@ -1,0 +1,192 @@
+//! `diff`: what a policy change does to effective instrumentation, newly uninstrumented objects
+//! first, since those are what a reviewer must scrutinise.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use super::effective::{self, dir_files, state_at, Effective};
+use crate::kbuild::configs::State;
+use crate::kbuild::Rules;
+use crate::mechanism::MechId;
+use crate::policy::Policy;
+
+/// How a change moves an object, in review order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Direction {
+    /// Was instrumented (at least sometimes), now less so.
+    Uninstrumented,
+    /// Conditions changed.
+    Changed,
+    /// Was exempt, now instrumented.
+    Instrumented,
+}
+
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub direction: Direction,
+    pub path: String,
+    pub mech: MechId,
+    pub before: State,
+    pub after: State,
+    /// Reason and location of the unit behind the new state (or the removed one).
+    pub reason: Option<(String, String)>,
+}
+
+fn rank(state: &State) -> u8 {
+    match state {
+        State::On => 2,
+        State::Depends(_) => 1,
+        State::Off => 0,
+    }
+}
+
+/// Compare two policies' effective instrumentation.
+pub fn diff(old: &Policy, new: &Policy, rules: &Rules) -> Vec<Change> {
+    let (eff_old, eff_new) = (effective::compute(old, rules, None), effective::compute(new, rules, None));
+    let (files_old, files_new) = (dir_files(old, rules, None), dir_files(new, rules, None));
+    let mut keys: Vec<&(String, MechId)> = eff_old.keys().chain(eff_new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut changes = Vec::new();
+    for key in keys {
+        let site = eff_new.get(key).or_else(|| eff_old.get(key)).map(|e| e.at.clone()).expect("key from one side");
+        let before = side(&eff_old, key).or_else(|| state_at(&files_old, rules, &site, key.1)).unwrap_or(State::On);
+        let after = side(&eff_new, key).or_else(|| state_at(&files_new, rules, &site, key.1)).unwrap_or(State::On);
+        if before == after || before.label() == after.label() {
+            continue;
+        }
+        let direction = match rank(&after).cmp(&rank(&before)) {
+            std::cmp::Ordering::Less => Direction::Uninstrumented,
+            std::cmp::Ordering::Greater => Direction::Instrumented,
+            std::cmp::Ordering::Equal => Direction::Changed,
+        };
+        let reason = reason(&eff_new, new, key).or_else(|| reason(&eff_old, old, key));
+        changes.push(Change { direction, path: key.0.clone(), mech: key.1, before, after, reason });
+    }
+    changes.sort_by(|a, b| (a.direction, &a.path, a.mech).cmp(&(b.direction, &b.path, b.mech)));
+    changes
+}
+
+fn side(eff: &Effective, key: &(String, MechId)) -> Option<State> {
+    eff.get(key).map(|e| e.state.clone())
+}
+
+fn reason(eff: &Effective, policy: &Policy, key: &(String, MechId)) -> Option<(String, String)> {
+    let unit = &policy.units[eff.get(key)?.unit?];
+    Some((unit.why.split_whitespace().collect::<Vec<_>>().join(" "), unit.location.to_string()))
+}
+
+/// One line per change: `kernel/locking/lockdep.o: KASAN on → off (reason: …)`.
+pub fn line(c: &Change) -> String {
+    let reason = c.reason.as_ref().map(|(why, at)| format!(" (reason: {why}; {at})")).unwrap_or_default();
+    format!("{}: {} {} → {}{reason}", c.path, c.mech.get().title, c.before.label(), c.after.label())
+}
+
+pub fn markdown(changes: &[Change], title: &str) -> String {
+    let mut out = format!("## Instrumentation changes: {title}\n\n");
+    if changes.is_empty() {
+        out.push_str("No change in effective instrumentation.\n");
+        return out;
+    }
+    for (direction, heading) in [
+        (Direction::Uninstrumented, "Newly uninstrumented (review these first)"),
+        (Direction::Changed, "Conditions changed"),
+        (Direction::Instrumented, "Newly instrumented"),
+    ] {
+        let group: Vec<&Change> = changes.iter().filter(|c| c.direction == direction).collect();
+        if group.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("### {heading} ({})\n\n", group.len()));
+        for c in group {
+            out.push_str(&format!("- `{}`", line(c).replacen(": ", "`: ", 1)));
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    out
+}
+
+pub fn to_json(changes: &[Change]) -> Value {
+    Value::Array(
+        changes
+            .iter()
+            .map(|c| {
+                json!({
+                    "path": c.path,
+                    "mechanism": c.mech.get().name,
+                    "direction": format!("{:?}", c.direction).to_lowercase(),
+                    "before": c.before.label(),
+                    "after": c.after.label(),
+                    "reason": c.reason.as_ref().map(|(w, _)| w),
+                    "at": c.reason.as_ref().map(|(_, a)| a),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// A reader that serves files as they were at git revision `rev` (for `diff --base`).
+pub fn git_reader(rev: &str, near: &Path) -> Result<impl Fn(&Path) -> std::io::Result<Vec<u8>>, String> {
+    let dir = near.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["rev-parse", "--show-toplevel"])
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("`{}` is not in a git repository", near.display()));
+    }
+    let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let root = root.canonicalize().unwrap_or(root);
+    let rev = rev.to_string();
+    Ok(move |path: &Path| {
+        let absolute = std::path::absolute(path)?;
+        let absolute = absolute
+            .parent()
+            .and_then(|p| p.canonicalize().ok())
+            .map(|p| p.join(absolute.file_name().unwrap_or_default()))
+            .unwrap_or(absolute);
+        let rel = absolute
+            .strip_prefix(&root)
+            .map_err(|_| std::io::Error::other(format!("`{}` is outside the repository", path.display())))?;
+        let out =
+            Command::new("git").arg("-C").arg(&root).arg("show").arg(format!("{rev}:{}", rel.display())).output()?;
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn policy(text: &str) -> Policy {
+        let (p, d) = crate::policy::parse_str(Path::new("p.toml"), text);
+        assert!(!d.has_errors(), "{d:?}");
+        p
+    }
+
+    #[test]
+    fn dropping_an_exemption_is_newly_instrumented() {
+        let rules = Rules::builtin();
+        let old = policy("[[unit]]\npath = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\"]\nwhy = \"a\"\n");
+        let new = policy("[[unit]]\npath = \"kernel/locking/lockdep.o\"\nskip = [\"kasan\", \"kcsan\"]\nwhy = \"b\"\n");
+        let changes = diff(&old, &new, &rules);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert_eq!(line(&changes[0]), "kernel/locking/lockdep.o: KASAN on → off (reason: b; p.toml:2:8)");
+        assert_eq!(changes[0].direction, Direction::Uninstrumented);
+        let back = diff(&new, &old, &rules);
+        assert_eq!(back[0].direction, Direction::Instrumented);
+    }
+}

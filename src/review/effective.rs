@@ -1,0 +1,149 @@
+//! The effective policy: for every object and directory the policy names, each mechanism whose
+//! effective state differs from the kernel default, as Kbuild would compute it. Rendered as a
+//! committed plain-text snapshot (one line per object × mechanism) so a PR diff shows effects.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::emit;
+use crate::generate::Plan;
+use crate::kbuild::configs::{self, State};
+use crate::kbuild::Rules;
+use crate::makefile::{self, KbuildFile};
+use crate::mechanism::MechId;
+use crate::policy::{Policy, Setting, Unit};
+
+/// Stands for "any object of the directory without a setting of its own".
+pub const ANY_OBJECT: &str = "sanpolicy-any-object.o";
+
+/// One object (or directory, ending in `/`) and mechanism.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub state: State,
+    /// The unit whose setting or reason explains the state, if any.
+    pub unit: Option<usize>,
+    /// Where it was evaluated: directory, object relative to it, variables preset.
+    pub at: Site,
+}
+
+/// An object as the resolver sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Site {
+    pub dir: String,
+    pub object: String,
+    pub preset: Vec<(String, String)>,
+}
+
+/// The state of `site` for `id` under `policy` (the generated blocks only).
+pub fn state_at(files: &BTreeMap<String, KbuildFile>, rules: &Rules, site: &Site, id: MechId) -> Option<State> {
+    let empty = KbuildFile::default();
+    let file = files.get(&site.dir).unwrap_or(&empty);
+    configs::state_with(file, rules, id, &site.object, true, &site.preset)
+}
+
+/// Keyed by (path, mechanism); paths of objects with `$(VAR)` are expanded per declared value.
+pub type Effective = BTreeMap<(String, MechId), Entry>;
+
+/// The kbuild file each directory of the policy would have: the planned tree file, or the
+/// generated block alone when there is no tree.
+pub fn dir_files(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> BTreeMap<String, KbuildFile> {
+    policy
+        .directories()
+        .into_iter()
+        .map(|dir| {
+            let file = match plan.and_then(|p| p.files.get(dir)) {
+                Some(f) => f.parsed.clone(),
+                None => {
+                    let units: Vec<&Unit> = policy.units_in(dir).collect();
+                    makefile::parse(&emit::render_block(&units, rules))
+                }
+            };
+            (dir.to_string(), file)
+        })
+        .collect()
+}
+
+/// Every (object or directory) × mechanism whose state differs from the kernel default for it
+/// (on, except barrier instrumentation), or that the policy sets.
+pub fn compute(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> Effective {
+    let files = dir_files(policy, rules, plan);
+    let mut out = Effective::new();
+    for (index, unit) in policy.units.iter().enumerate() {
+        let Some(file) = files.get(&unit.path.kbuild_dir) else { continue };
+        for (shown, site) in variants(unit) {
+            for id in MechId::all() {
+                if out.contains_key(&(shown.clone(), id)) {
+                    continue;
+                }
+                let Some(state) = configs::state_with(file, rules, id, &site.object, true, &site.preset) else {
+                    continue;
+                };
+                let default = configs::state_with(&KbuildFile::default(), rules, id, &site.object, true, &site.preset);
+                if Some(&state) != default.as_ref() || unit.settings.contains_key(&id) {
+                    let explaining = explaining_unit(policy, unit, id).or(Some(index));
+                    out.insert((shown.clone(), id), Entry { state, unit: explaining, at: site.clone() });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Each spelling of the unit: the path shown and the site evaluated (`head$(BITS).o` becomes
+/// `head32.o` with `BITS=32` preset, and so on).
+fn variants(unit: &Unit) -> Vec<(String, Site)> {
+    let dir = unit.path.kbuild_dir.clone();
+    let Some(object) = &unit.path.object else {
+        return vec![(unit.path.text.clone(), Site { dir, object: ANY_OBJECT.to_string(), preset: Vec::new() })];
+    };
+    let mut combos: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for (name, values) in &unit.vars {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| values.iter().map(move |v| [c.clone(), vec![(name.clone(), v.clone())]].concat()))
+            .collect();
+    }
+    combos
+        .into_iter()
+        .map(|preset| {
+            let substitute =
+                |text: &str| preset.iter().fold(text.to_string(), |t, (n, v)| t.replace(&format!("$({n})"), v));
+            (substitute(&unit.path.text), Site { dir: dir.clone(), object: substitute(object), preset })
+        })
+        .collect()
+}
+
+/// The unit that sets `id` for this unit's path, else its directory's unit that does.
+pub fn explaining_unit(policy: &Policy, unit: &Unit, id: MechId) -> Option<usize> {
+    let own = policy.units.iter().position(|u| u.path == unit.path && u.settings.contains_key(&id));
+    own.or_else(|| {
+        policy.units.iter().position(|u| {
+            u.path.is_directory() && u.path.kbuild_dir == unit.path.kbuild_dir && u.settings.contains_key(&id)
+        })
+    })
+}
+
+/// The snapshot text: a header, then `path  mechanism  state` lines, sorted.
+pub fn render(effective: &Effective, policy_name: &str, command: &str) -> String {
+    let mut out = format!(
+        "# Effective instrumentation of {policy_name}; generated by `{command}`, do not edit.\n\
+         # One line per object (or directory/, meaning its objects without a setting of their own)\n\
+         # and mechanism whose state differs from the kernel default, or that the policy sets.\n"
+    );
+    let width = effective.keys().map(|(p, _)| p.len()).max().unwrap_or(0);
+    for ((path, id), entry) in effective {
+        out.push_str(&format!("{path:<width$}  {:<18} {}\n", id.get().name, entry.state.label()));
+    }
+    out
+}
+
+/// Where the snapshot of `policy_path` lives: beside it, `<stem>.effective.txt`.
+pub fn snapshot_path(policy_path: &Path) -> std::path::PathBuf {
+    let stem = policy_path.file_stem().and_then(|s| s.to_str()).unwrap_or("policy");
+    policy_path.with_file_name(format!("{stem}.effective.txt"))
+}
+
+/// Whether a unit forces a mechanism (for labelling "on (forced)").
+pub fn forced(policy: &Policy, entry: &Entry, id: MechId) -> bool {
+    entry.unit.is_some_and(|i| policy.units[i].settings.get(&id) == Some(&Setting::Force))
+}

@@ -1,0 +1,252 @@
+//! The pre-commit check: drift both ways on what is staged. The policy changed but the blocks
+//! were not regenerated; a block edited by hand; a directive added to or removed from a kbuild
+//! file by hand. It reads only what it must, from the git index: the staged kbuild files, the
+//! policy, and the kbuild files of the policy's directories when the policy changed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+use crate::emit::{self, SpliceError};
+use crate::kbuild::Rules;
+use crate::makefile::{self, KbuildFile};
+use crate::output::Change;
+use crate::policy::{self, Policy, Unit};
+
+/// What the hook found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Staged kbuild files that differ from what the policy generates.
+    pub stale: Vec<Change>,
+    pub diags: Diagnostics,
+    /// Files read from the index, for the record.
+    pub files_read: usize,
+}
+
+fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
+    let out =
+        Command::new("git").arg("-C").arg(repo).args(args).output().map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Blobs fetched in one `git cat-file --batch` run; `None` for paths that do not exist there.
+fn fetch(repo: &Path, specs: &[String]) -> Result<HashMap<String, Option<Vec<u8>>>, String> {
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["cat-file", "--batch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    let input: String = specs.iter().map(|s| format!("{s}\n")).collect();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let _ = writer.join();
+    let mut map = HashMap::new();
+    let mut rest = out.stdout.as_slice();
+    for spec in specs {
+        let nl = rest.iter().position(|b| *b == b'\n').ok_or("truncated git output")?;
+        let header = String::from_utf8_lossy(&rest[..nl]).to_string();
+        rest = &rest[nl + 1..];
+        if header.ends_with(" missing") || header.ends_with(" ambiguous") {
+            map.insert(spec.clone(), None);
+            continue;
+        }
+        let size: usize = header.rsplit(' ').next().and_then(|s| s.parse().ok()).ok_or("bad git header")?;
+        map.insert(spec.clone(), Some(rest[..size].to_vec()));
+        rest = &rest[(size + 1).min(rest.len())..];
+    }
+    Ok(map)
+}
+
+fn repo_root(tree: &Path) -> Result<PathBuf, String> {
+    let out = git(tree, &["rev-parse", "--show-toplevel"])?;
+    Ok(PathBuf::from(String::from_utf8_lossy(&out).trim()))
+}
+
+fn dir_of(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(d, _)| d)
+}
+
+fn is_kbuild(path: &str) -> bool {
+    matches!(path.rsplit('/').next(), Some("Makefile" | "Kbuild"))
+}
+
+/// Load a policy from a git source (`:` for the index, `HEAD:` for the last commit).
+fn policy_from(repo: &Path, prefix: &str, policy_rel: &Path) -> Option<(Policy, Diagnostics)> {
+    let abs = repo.join(policy_rel);
+    let reader = |p: &Path| -> std::io::Result<Vec<u8>> {
+        let rel = p.strip_prefix(repo).unwrap_or(p);
+        git(repo, &["cat-file", "blob", &format!("{prefix}{}", rel.display())]).map_err(std::io::Error::other)
+    };
+    reader(&abs).ok()?;
+    Some(policy::load_with(&abs, &reader))
+}
+
+/// Run the check in the repository containing `tree`, with the policy at `policy_path`.
+pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outcome, String> {
+    let repo = repo_root(tree)?;
+    let repo = repo.canonicalize().unwrap_or(repo);
+    let policy_abs = std::path::absolute(policy_path).map_err(|e| e.to_string())?;
+    let policy_rel = policy_abs
+        .parent()
+        .and_then(|p| p.canonicalize().ok())
+        .map(|p| p.join(policy_abs.file_name().unwrap_or_default()))
+        .and_then(|p| p.strip_prefix(&repo).ok().map(Path::to_path_buf))
+        .ok_or_else(|| format!("policy `{}` is not inside the repository", policy_path.display()))?;
+    let staged_raw = git(&repo, &["diff", "--cached", "--name-only", "-z", "--no-renames"])?;
+    let staged: Vec<String> = staged_raw
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    let mut outcome = Outcome::default();
+    let Some((policy, policy_diags)) = policy_from(&repo, ":", &policy_rel) else {
+        return Ok(outcome); // no policy staged or committed: nothing to keep in sync
+    };
+    if policy_diags.has_errors() {
+        outcome.diags.extend(policy_diags);
+        return Ok(outcome);
+    }
+    let policy_files: BTreeSet<String> =
+        policy.files.iter().filter_map(|(p, _)| p.strip_prefix(&repo).ok()).map(|p| p.display().to_string()).collect();
+    let policy_changed = staged.iter().any(|s| policy_files.contains(s));
+    let mut dirs: BTreeSet<String> = staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
+    if policy_changed {
+        dirs.extend(policy.directories().into_iter().map(str::to_string));
+        if let Some((old, _)) = policy_from(&repo, "HEAD:", &policy_rel) {
+            dirs.extend(old.directories().into_iter().map(str::to_string));
+        }
+    }
+    if dirs.is_empty() {
+        return Ok(outcome);
+    }
+    let join = |d: &str, n: &str| if d.is_empty() { n.to_string() } else { format!("{d}/{n}") };
+    let mut specs = Vec::new();
+    for d in &dirs {
+        for name in ["Kbuild", "Makefile"] {
+            specs.push(format!(":{}", join(d, name)));
+            specs.push(format!("HEAD:{}", join(d, name)));
+        }
+    }
+    let blobs = fetch(&repo, &specs)?;
+    let by_dir = units_by_dir(&policy);
+    for d in &dirs {
+        let pick = |prefix: &str| {
+            ["Kbuild", "Makefile"].iter().find_map(|n| {
+                let rel = join(d, n);
+                blobs.get(&format!("{prefix}{rel}")).cloned().flatten().map(|b| (rel, b))
+            })
+        };
+        let Some((rel, staged_bytes)) = pick(":") else { continue };
+        outcome.files_read += 1;
+        let head = pick("HEAD:").filter(|(r, _)| *r == rel).map(|(_, b)| String::from_utf8_lossy(&b).into_owned());
+        let text = String::from_utf8_lossy(&staged_bytes).into_owned();
+        let units = by_dir.get(d.as_str()).cloned().unwrap_or_default();
+        check_file(&repo, &rel, &text, head.as_deref(), &units, rules, &mut outcome);
+    }
+    Ok(outcome)
+}
+
+fn units_by_dir(policy: &Policy) -> BTreeMap<&str, Vec<&Unit>> {
+    let mut map: BTreeMap<&str, Vec<&Unit>> = BTreeMap::new();
+    for u in &policy.units {
+        map.entry(u.path.kbuild_dir.as_str()).or_default().push(u);
+    }
+    map
+}
+
+fn check_file(
+    repo: &Path,
+    rel: &str,
+    text: &str,
+    head: Option<&str>,
+    units: &[&Unit],
+    rules: &Rules,
+    outcome: &mut Outcome,
+) {
+    let path = repo.join(rel);
+    let parsed = makefile::parse(text);
+    let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
+    match emit::splice(text, &parsed, &block, false) {
+        Ok(expected) if expected != text => outcome.stale.push(Change {
+            path: path.clone(),
+            display: rel.to_string(),
+            old: Some(text.to_string()),
+            new: Some(expected),
+        }),
+        Ok(_) => {}
+        Err(SpliceError::HandEdited(b)) => outcome.diags.push(
+            Diagnostic::error(Code::HandEditedBlock, "generated block was edited by hand")
+                .at(Location::at_line(&path, text, b.begin_line))
+                .hint("change the policy instead and run `sanpolicy gen-makefiles`"),
+        ),
+        Err(SpliceError::Markers(line, message)) => {
+            outcome.diags.push(Diagnostic::error(Code::BadMarker, message).at(Location::at_line(&path, text, line)))
+        }
+    }
+    hand_directives(&path, text, &parsed, head, outcome);
+}
+
+/// Directives outside generated blocks that the commit adds, or removes without the block taking
+/// them over.
+fn hand_directives(path: &Path, text: &str, parsed: &KbuildFile, head: Option<&str>, outcome: &mut Outcome) {
+    let outside = |f: &KbuildFile| -> Vec<(String, String, usize)> {
+        f.directives()
+            .map(|(i, _)| &f.assignments[i])
+            .filter(|a| !a.in_block)
+            .map(|a| (a.name.clone(), a.value.clone(), a.line))
+            .collect()
+    };
+    let now = outside(parsed);
+    let before = head.map(makefile::parse).map(|f| outside(&f)).unwrap_or_default();
+    let key = |v: &(String, String, usize)| (v.0.clone(), v.1.clone());
+    let before_keys: BTreeSet<_> = before.iter().map(key).collect();
+    let now_keys: BTreeSet<_> = now.iter().map(key).collect();
+    for d in now.iter().filter(|d| !before_keys.contains(&key(d))) {
+        outcome.diags.push(
+            Diagnostic::error(Code::ConflictingDirective, format!("`{} := {}` added by hand", d.0, d.1))
+                .at(Location::at_line(path, text, d.2))
+                .hint("put the exemption in the policy with a reason and run `sanpolicy gen-makefiles`"),
+        );
+    }
+    let in_block: BTreeSet<&str> = parsed.assignments.iter().filter(|a| a.in_block).map(|a| a.name.as_str()).collect();
+    for d in before.iter().filter(|d| !now_keys.contains(&key(d)) && !in_block.contains(d.0.as_str())) {
+        outcome.diags.push(
+            Diagnostic::error(
+                Code::ConflictingDirective,
+                format!("`{}` removed by hand (was line {} in HEAD)", d.0, d.2),
+            )
+            .at(Location::file(path))
+            .hint("instrumentation changes go through the policy: add a unit (or drop one) and regenerate"),
+        );
+    }
+}
+
+/// The hook script `install-hook` writes; the marker line identifies it as ours.
+pub const HOOK_MARKER: &str = "# installed by `sanpolicy install-hook`";
+
+pub fn hook_script(policy: Option<&Path>) -> String {
+    let policy =
+        policy.map(|p| format!(" --policy '{}'", p.display().to_string().replace('\'', "'\\''"))).unwrap_or_default();
+    format!(
+        "#!/bin/sh\n{HOOK_MARKER}: keeps generated Kbuild blocks in sync with the sanitizer policy.\n\
+         # Skip once with `git commit --no-verify`; CI should run `sanpolicy gen-makefiles --check` too.\n\
+         exec sanpolicy pre-commit{policy}\n"
+    )
+}
+
+/// Where git looks for hooks in the repository containing `tree` (honours `core.hooksPath`).
+pub fn hooks_dir(tree: &Path) -> Result<PathBuf, String> {
+    let out = git(tree, &["rev-parse", "--git-path", "hooks"])?;
+    let p = PathBuf::from(String::from_utf8_lossy(&out).trim());
+    Ok(if p.is_absolute() { p } else { tree.join(p) })
+}

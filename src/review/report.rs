@@ -1,0 +1,210 @@
+//! `report`: the whole policy as a reviewable summary — per mechanism, how many objects and
+//! directories are exempt or forced, by reason category, with the recursion-prone set marked.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use super::effective::{dir_files, ANY_OBJECT};
+use crate::import::PLACEHOLDER_REASON;
+use crate::kbuild::configs::{self, State};
+use crate::kbuild::Rules;
+use crate::mechanism::{MechId, MECHANISMS};
+use crate::policy::{Policy, Setting};
+
+/// Reason categories, first match wins; matched case-insensitively against the reason.
+const CATEGORIES: &[(&str, &[&str])] = &[
+    ("recursion", &["recurs", "runtime", "self-instrument", "deadlock", "reentr"]),
+    ("noinstr / entry", &["noinstr", "entry code", "entry path"]),
+    ("early boot / no shadow", &["early", "boot", "shadow", "mmu", "real mode", "real-mode", "decompress", "relocat"]),
+    ("user space / vDSO", &["vdso", "user space", "userspace", "user-space"]),
+    ("firmware / hypervisor", &["firmware", "efi", "hypervisor", "smc", "sbi", "bios", "hyp "]),
+    ("coverage noise", &["coverage", "non-deterministic", "noise", "flicker", "uninteresting"]),
+    ("performance", &["performance", "overhead", "build time", "slow"]),
+    ("tests", &["test"]),
+];
+
+pub const NO_REASON: &str = "no reason yet";
+pub const OTHER: &str = "other";
+
+/// The category a reason falls in.
+pub fn category(why: &str) -> &'static str {
+    if why.starts_with(PLACEHOLDER_REASON) {
+        return NO_REASON;
+    }
+    let lower = why.to_lowercase();
+    CATEGORIES.iter().find(|(_, words)| words.iter().any(|w| lower.contains(w))).map_or(OTHER, |(name, _)| name)
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Counts {
+    pub objects_skipped: usize,
+    pub directories_skipped: usize,
+    pub forced: usize,
+    pub by_category: BTreeMap<&'static str, usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub policy: String,
+    pub units: usize,
+    pub objects: usize,
+    pub directories: usize,
+    pub per_mechanism: BTreeMap<MechId, Counts>,
+    /// (requirement index, mechanisms that are not exempt)
+    pub requirements: Vec<(usize, Vec<MechId>)>,
+}
+
+pub fn build(policy: &Policy, rules: &Rules, policy_name: &str) -> Report {
+    let mut per_mechanism: BTreeMap<MechId, Counts> = BTreeMap::new();
+    for unit in &policy.units {
+        for (id, setting) in &unit.settings {
+            let c = per_mechanism.entry(*id).or_default();
+            match (setting, unit.path.is_directory()) {
+                (Setting::Force, _) => c.forced += 1,
+                (Setting::Skip, true) => c.directories_skipped += 1,
+                (Setting::Skip, false) => c.objects_skipped += 1,
+            }
+            if *setting == Setting::Skip {
+                *c.by_category.entry(category(&unit.why)).or_default() += 1;
+            }
+        }
+    }
+    let files = dir_files(policy, rules, None);
+    let requirements = policy
+        .requirements
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let file = files.get(&r.path.kbuild_dir).cloned().unwrap_or_default();
+            let object = r.path.object.clone().unwrap_or_else(|| ANY_OBJECT.to_string());
+            let broken = r
+                .exempt
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| configs::state(&file, rules, *id, &object, true).is_some_and(|s| s != State::Off))
+                .collect();
+            (i, broken)
+        })
+        .collect();
+    Report {
+        policy: policy_name.to_string(),
+        units: policy.units.len(),
+        objects: policy.units.iter().filter(|u| !u.path.is_directory()).count(),
+        directories: policy.directories().len(),
+        per_mechanism,
+        requirements,
+    }
+}
+
+fn categories_used(report: &Report) -> Vec<&'static str> {
+    let mut all: Vec<&'static str> = CATEGORIES.iter().map(|(n, _)| *n).chain([OTHER, NO_REASON]).collect();
+    all.retain(|c| report.per_mechanism.values().any(|m| m.by_category.contains_key(c)));
+    all
+}
+
+/// Markdown for a PR comment.
+pub fn markdown(report: &Report, policy: &Policy) -> String {
+    let broken = report.requirements.iter().filter(|(_, b)| !b.is_empty()).count();
+    let mut out = format!(
+        "## Instrumentation policy `{}`\n\n{} units ({} objects, {} directory units) in {} directories; {} recursion-prone requirements, {}.\n\n",
+        report.policy,
+        report.units,
+        report.objects,
+        report.units - report.objects,
+        report.directories,
+        report.requirements.len(),
+        if broken == 0 { "all hold".to_string() } else { format!("**{broken} broken**") }
+    );
+    let cats = categories_used(report);
+    out.push_str("| mechanism | objects exempt | directories exempt | forced on |");
+    for c in &cats {
+        out.push_str(&format!(" {c} |"));
+    }
+    out.push_str("\n|---|---:|---:|---:|");
+    out.push_str(&"---:|".repeat(cats.len()));
+    out.push('\n');
+    for m in MECHANISMS.iter().enumerate().map(|(i, _)| MechId(i)) {
+        let Some(c) = report.per_mechanism.get(&m) else { continue };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} |",
+            m.get().title,
+            c.objects_skipped,
+            c.directories_skipped,
+            c.forced
+        ));
+        for cat in &cats {
+            out.push_str(&format!(" {} |", c.by_category.get(cat).copied().unwrap_or(0)));
+        }
+        out.push('\n');
+    }
+    out.push_str("\nCategories are read from each reason's wording (exemptions only).\n\n### Recursion-prone units\n\n| unit | must be exempt from | status | why |\n|---|---|---|---|\n");
+    for (i, broken) in &report.requirements {
+        let r = &policy.requirements[*i];
+        let mechs: Vec<&str> = r.exempt.iter().map(|(id, _)| id.get().name).collect();
+        let status = if broken.is_empty() {
+            "holds".to_string()
+        } else {
+            format!("**broken**: {}", broken.iter().map(|id| id.get().name).collect::<Vec<_>>().join(", "))
+        };
+        out.push_str(&format!("| `{}` | {} | {status} | {} |\n", r.path.text, mechs.join(", "), one_line(&r.why)));
+    }
+    out
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|")
+}
+
+pub fn to_json(report: &Report, policy: &Policy) -> Value {
+    let mechanisms: Vec<Value> = report
+        .per_mechanism
+        .iter()
+        .map(|(id, c)| {
+            json!({
+                "mechanism": id.get().name,
+                "objects_exempt": c.objects_skipped,
+                "directories_exempt": c.directories_skipped,
+                "forced": c.forced,
+                "by_category": c.by_category,
+            })
+        })
+        .collect();
+    let requirements: Vec<Value> = report
+        .requirements
+        .iter()
+        .map(|(i, broken)| {
+            let r = &policy.requirements[*i];
+            json!({
+                "path": r.path.text,
+                "exempt": r.exempt.iter().map(|(id, _)| id.get().name).collect::<Vec<_>>(),
+                "holds": broken.is_empty(),
+                "broken": broken.iter().map(|id| id.get().name).collect::<Vec<_>>(),
+                "why": r.why,
+            })
+        })
+        .collect();
+    json!({
+        "policy": report.policy,
+        "units": report.units,
+        "objects": report.objects,
+        "directories": report.directories,
+        "mechanisms": mechanisms,
+        "requirements": requirements,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_fall_into_categories() {
+        assert_eq!(category("Avoid recursion lockdep -> sanitizer -> lockdep"), "recursion");
+        assert_eq!(category("Early boot code runs before shadow memory exists"), "early boot / no shadow");
+        assert_eq!(category("vDSO code runs in user space"), "user space / vDSO");
+        assert_eq!(category("produce insane amounts of uninteresting coverage"), "coverage noise");
+        assert_eq!(category(PLACEHOLDER_REASON), NO_REASON);
+        assert_eq!(category("because"), OTHER);
+    }
+}
