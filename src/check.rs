@@ -18,7 +18,7 @@ pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan) -> 
     unread_mechanisms(policy, rules, &mut diags);
     placeholder_reasons(policy, &mut diags);
     if let Some(tree) = tree {
-        sources(policy, tree, plan, &mut diags);
+        sources(policy, rules, tree, plan, &mut diags);
         outside_directives(plan, &mut diags);
     }
     for req in &policy.requirements {
@@ -58,14 +58,30 @@ fn placeholder_reasons(policy: &Policy, diags: &mut Diagnostics) {
     }
 }
 
+/// Where the policy must have real reasons (`--strict`): every unit whose reason is still the
+/// import placeholder, as an error at its `why`.
+pub fn placeholder_errors(policy: &Policy) -> Diagnostics {
+    let mut diags = Diagnostics::default();
+    for unit in policy.units.iter().filter(|u| u.why.starts_with(crate::import::PLACEHOLDER_REASON)) {
+        diags.push(
+            Diagnostic::error(Code::PlaceholderReason, format!("`{}` has no real reason", unit.path.text))
+                .at(unit.why_location.clone())
+                .label("written by `sanpolicy import` where the tree had no comment")
+                .hint("say why the unit is exempt: what recursion, breakage or cost it avoids"),
+        );
+    }
+    diags
+}
+
 /// Every per-object unit must name an object that has a source (or a local rule building it).
-fn sources(policy: &Policy, tree: &Path, plan: &Plan, diags: &mut Diagnostics) {
+fn sources(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, diags: &mut Diagnostics) {
     for unit in &policy.units {
         let Some(object) = &unit.path.object else { continue };
         let dir = tree.join(&unit.path.kbuild_dir);
         let makefile_text = plan.files.get(&unit.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or("");
         let variants = expand_variants(object, &unit.vars);
-        let found = has_source(&dir, object, &unit.vars, makefile_text);
+        let naming = unit.settings.keys().next().map_or(crate::kbuild::Naming::TargetStem, |id| rules.naming(*id));
+        let found = has_source(&dir, object, &unit.vars, makefile_text, naming);
         if !found && dir.is_dir() {
             diags.push(
                 Diagnostic::error(Code::MissingSource, format!("no source for `{}`", unit.path.text))
@@ -85,18 +101,27 @@ fn sources(policy: &Policy, tree: &Path, plan: &Plan, diags: &mut Diagnostics) {
 }
 
 /// Whether `object` (relative to `dir`, with its variables expanded every declared way) has a
-/// `.c`, `.S` or `.rs` source, or a `.S` that the kbuild text builds with a local rule.
+/// `.c`, `.S` or `.rs` source, or a `.S` that the kbuild text builds with a local rule. Under
+/// `$(basetarget)` naming (6.1) a bare name also stands for the same-named objects the kbuild
+/// file lists in subdirectories (`vmenter.o` for `vmx/vmenter.o`).
 pub fn has_source(
     dir: &Path,
     object: &str,
     vars: &std::collections::BTreeMap<String, Vec<String>>,
     kbuild_text: &str,
+    naming: crate::kbuild::Naming,
 ) -> bool {
+    let exists = |stem: &str| ["c", "S", "rs"].iter().any(|ext| dir.join(format!("{stem}.{ext}")).is_file());
     expand_variants(object, vars).iter().any(|v| {
         let stem = v.strip_suffix(".o").unwrap_or(v);
         let name = stem.rsplit('/').next().unwrap_or(stem);
-        ["c", "S", "rs"].iter().any(|ext| dir.join(format!("{stem}.{ext}")).is_file())
+        exists(stem)
             || kbuild_text.contains(&format!("$(obj)/{name}.S"))
+            || (naming == crate::kbuild::Naming::Basetarget
+                && kbuild_text
+                    .split(|c: char| c.is_whitespace() || c == '=')
+                    .filter_map(|w| w.strip_suffix(&format!("/{name}.o")))
+                    .any(|sub| exists(&format!("{sub}/{name}"))))
     })
 }
 

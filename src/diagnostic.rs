@@ -44,6 +44,9 @@ pub enum Code {
     UnownedTable,
     UndocumentedAttribute,
     UnparsableSource,
+    BadReason,
+    ConflictingUnits,
+    Symlink,
 }
 
 impl Code {
@@ -81,11 +84,15 @@ impl Code {
             Code::UnownedTable => "unowned-table",
             Code::UndocumentedAttribute => "undocumented-attribute",
             Code::UnparsableSource => "unparsable-source",
+            Code::BadReason => "bad-reason",
+            Code::ConflictingUnits => "conflicting-units",
+            Code::Symlink => "symlink",
         }
     }
 
     /// Bad input stops every command with exit code 2 before anything is written; findings
-    /// are what `check` exists to report (exit code 1).
+    /// are what `check` exists to report (exit code 1). A placeholder reason is a warning,
+    /// and bad input only where the policy must have real reasons (`--strict`).
     pub fn is_bad_input(self) -> bool {
         !matches!(
             self,
@@ -94,7 +101,6 @@ impl Code {
                 | Code::UnmanagedDirective
                 | Code::StaleFile
                 | Code::Unrepresentable
-                | Code::PlaceholderReason
                 | Code::RecursionProne
                 | Code::UnreadByTree
                 | Code::HandEditedBlock
@@ -129,6 +135,16 @@ impl Location {
         Location { path: path.to_path_buf(), line, col, span }
     }
 
+    /// Like [`Location::from_span`], using a precomputed index of `text`'s line starts, for
+    /// files with many locations (a large policy).
+    pub fn indexed(path: &Path, text: &str, lines: &LineIndex, span: Range<usize>) -> Location {
+        let start = floor_char_boundary(text, span.start.min(text.len()));
+        let line = lines.starts.partition_point(|s| *s <= start);
+        let line_start = lines.starts[line - 1];
+        let col = text[line_start..start].chars().count() + 1;
+        Location { path: path.to_path_buf(), line, col, span }
+    }
+
     /// A location at a whole line (1-based) of `text`.
     pub fn at_line(path: &Path, text: &str, line: usize) -> Location {
         let start: usize = text.split_inclusive('\n').take(line.saturating_sub(1)).map(str::len).sum();
@@ -136,9 +152,30 @@ impl Location {
         Location::from_span(path, text, start..start + len)
     }
 
+    /// The first invalid byte of `bytes`, which are not UTF-8. Line and column count in the
+    /// valid prefix; the span covers the replacement character the text is rendered with.
+    pub fn invalid_utf8(path: &Path, bytes: &[u8], error: std::str::Utf8Error) -> Location {
+        let at = error.valid_up_to();
+        let text = String::from_utf8_lossy(bytes);
+        Location::from_span(path, &text, at..at + char::REPLACEMENT_CHARACTER.len_utf8())
+    }
+
     /// A location for a file as a whole (no particular line).
     pub fn file(path: &Path) -> Location {
         Location { path: path.to_path_buf(), line: 0, col: 0, span: 0..0 }
+    }
+}
+
+/// Byte offsets where the lines of a text start.
+#[derive(Debug, Clone)]
+pub struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    pub fn new(text: &str) -> LineIndex {
+        let starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+        LineIndex { starts }
     }
 }
 
@@ -322,6 +359,9 @@ mod tests {
         let text = "a = 1\nbb = \"x\"\n";
         let loc = Location::from_span(Path::new("p.toml"), text, 11..14);
         assert_eq!((loc.line, loc.col), (2, 6));
+        let index = LineIndex::new(text);
+        assert_eq!(Location::indexed(Path::new("p.toml"), text, &index, 11..14), loc);
+        assert_eq!(Location::indexed(Path::new("p.toml"), text, &index, 0..1).line, 1);
         let at = Location::at_line(Path::new("p.toml"), text, 2);
         assert_eq!(&text[at.span.clone()], "bb = \"x\"");
     }
@@ -330,5 +370,14 @@ mod tests {
     fn bad_input_and_findings_are_told_apart() {
         assert!(Code::UnknownMechanism.is_bad_input());
         assert!(!Code::RecursionProne.is_bad_input());
+    }
+
+    #[test]
+    fn invalid_utf8_is_located_at_its_first_bad_byte() {
+        let bytes = b"ok\nab\xffc\n";
+        let error = std::str::from_utf8(bytes).unwrap_err();
+        let loc = Location::invalid_utf8(Path::new("Makefile"), bytes, error);
+        assert_eq!((loc.line, loc.col), (2, 3));
+        assert_eq!(&String::from_utf8_lossy(bytes)[loc.span], "\u{FFFD}");
     }
 }

@@ -2,7 +2,8 @@
 //! (or of every fragment under an output directory), computed and validated before anything is
 //! written.
 
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use walkdir::WalkDir;
@@ -11,8 +12,9 @@ use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::emit::{self, SpliceError};
 use crate::kbuild::Rules;
 use crate::makefile::{self, KbuildFile, BEGIN_MARKER};
+use crate::mechanism::MechId;
 use crate::output::Change;
-use crate::policy::{Policy, Unit};
+use crate::policy::{Policy, Setting, Unit};
 
 /// The planned new state of one directory's kbuild file.
 #[derive(Debug, Clone)]
@@ -55,7 +57,7 @@ pub fn decode_kbuild(path: &Path, bytes: Vec<u8>) -> Result<String, Box<Diagnost
                 Code::Io,
                 format!("`{}` is not UTF-8 (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to()),
             )
-            .at(Location::file(path))
+            .at(Location::invalid_utf8(path, e.as_bytes(), e.utf8_error()))
             .hint("sanpolicy only edits UTF-8 kbuild files; fix the encoding first"),
         )
     })?;
@@ -83,8 +85,10 @@ fn units_by_dir(policy: &Policy) -> BTreeMap<&str, Vec<&Unit>> {
 pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: bool) -> Plan {
     let mut plan = Plan::default();
     let by_dir = units_by_dir(policy);
+    let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
     for (dir, units) in &by_dir {
-        plan_dir(&mut plan, tree, dir, units, rules, force);
+        conflicts(units, rules, &mut plan.diags);
+        plan_dir(&mut plan, &mut at, dir, units, rules, force);
     }
     // Blocks left in directories the policy no longer names are removed.
     let leftovers = if sweep { files_with_blocks(tree) } else { Vec::new() };
@@ -95,16 +99,98 @@ pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep
             .map(|d| d.to_string_lossy().into_owned())
             .unwrap_or_default();
         if !by_dir.contains_key(dir.as_str()) && kbuild_file(&tree.join(&dir)).as_deref() == Some(path.as_path()) {
-            plan_dir(&mut plan, tree, &dir, &[], rules, force);
+            plan_dir(&mut plan, &mut at, &dir, &[], rules, force);
         }
     }
     plan
 }
 
-fn plan_dir(plan: &mut Plan, tree: &Path, dir: &str, units: &[&Unit], rules: &Rules, force: bool) {
-    let at = units.first().map(|u| u.location.clone());
+/// Units of one directory that set one Kbuild variable both ways under the same conditions:
+/// the later line would silently win. Different paths can name one variable (6.1 names
+/// `KASAN_SANITIZE_note.o` after the file name, so `note.o` and `vdso32/note.o` collide); the
+/// same path twice is a duplicate, reported by the policy parser.
+fn conflicts(units: &[&Unit], rules: &Rules, diags: &mut Diagnostics) {
+    let mut seen: HashMap<(&[String], MechId, Option<String>), (Setting, &Unit)> = HashMap::new();
+    for unit in units {
+        for (id, setting) in &unit.settings {
+            let naming = rules.naming(*id);
+            let stem = unit.path.object.as_deref().map(|o| naming.stem(o));
+            match seen.entry((unit.when.as_slice(), *id, stem)) {
+                Entry::Vacant(v) => {
+                    v.insert((*setting, unit));
+                }
+                Entry::Occupied(e) => {
+                    let (first_setting, first) = *e.get();
+                    if first_setting == *setting || first.path == unit.path {
+                        continue;
+                    }
+                    let line =
+                        emit::directive_line(*id, unit.path.object.as_deref(), *setting, naming).unwrap_or_default();
+                    let variable = line.split(' ').next().unwrap_or_default();
+                    diags.push(
+                        Diagnostic::error(
+                            Code::ConflictingUnits,
+                            format!(
+                                "`{}` and `{}` set `{id}` both ways under the same conditions",
+                                first.path.text, unit.path.text
+                            ),
+                        )
+                        .at(unit.setting_locations.get(id).unwrap_or(&unit.location).clone())
+                        .label(format!("both are `{variable}` in this tree's Kbuild"))
+                        .hint(format!(
+                            "the later line would silently win: keep one setting (see {}), or tell them apart with `when`",
+                            first.location
+                        )),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The tree being planned: as given, resolved, and the resolved kbuild files planned so far.
+struct Site<'a> {
+    tree: &'a Path,
+    root: PathBuf,
+    seen: HashSet<PathBuf>,
+}
+
+/// The file to write for the kbuild file `path`: itself, or where its symlinks lead when that
+/// is inside the tree (so the link survives the write). A kbuild file whose symlinks (or whose
+/// directory's) lead out of the tree is refused: sanpolicy writes only inside it. So is a file
+/// two directories share, which cannot hold two blocks.
+fn inside_tree(at: &mut Site, path: &Path, display: &str) -> Result<PathBuf, Box<Diagnostic>> {
+    let real = path.canonicalize().map_err(|e| {
+        Box::new(Diagnostic::error(Code::Io, format!("cannot resolve `{display}`: {e}")).at(Location::file(path)))
+    })?;
+    if !real.starts_with(&at.root) {
+        return Err(Box::new(
+            Diagnostic::error(Code::Symlink, format!("`{display}` leads outside the tree, to `{}`", real.display()))
+                .at(Location::file(path))
+                .hint("sanpolicy never writes outside the tree: replace the symlink by a copy of the file, or point `--tree` at the tree that holds it"),
+        ));
+    }
+    if !at.seen.insert(real.clone()) {
+        return Err(Box::new(
+            Diagnostic::error(
+                Code::Symlink,
+                format!("`{display}` is the same file as another directory's kbuild file, through a symlink"),
+            )
+            .at(Location::file(path))
+            .hint(
+                "two directories share one kbuild file, which holds one generated block: replace the symlink by a copy",
+            ),
+        ));
+    }
+    let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    Ok(if link { real } else { path.to_path_buf() })
+}
+
+fn plan_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit], rules: &Rules, force: bool) {
+    let tree = at.tree;
+    let unit_at = units.first().map(|u| u.location.clone());
     let dir_path = tree.join(dir);
-    let located = |d: Diagnostic| match &at {
+    let located = |d: Diagnostic| match &unit_at {
         Some(l) => d.at(l.clone()),
         None => d,
     };
@@ -119,6 +205,11 @@ fn plan_dir(plan: &mut Plan, tree: &Path, dir: &str, units: &[&Unit], rules: &Ru
         plan.diags.push(located(Diagnostic::error(Code::MissingKbuildFile, format!("`{dir}/` has no `Kbuild` or `Makefile`")).hint("Kbuild only reads directories with a kbuild file; name the directory whose Makefile builds the object (`kbuild-dir`)")));
         return;
     };
+    let display = path.strip_prefix(tree).unwrap_or(&path).display().to_string();
+    let target = match inside_tree(at, &path, &display) {
+        Ok(t) => t,
+        Err(d) => return plan.diags.push(*d),
+    };
     let old = match read_kbuild(&path) {
         Ok(t) => t,
         Err(d) => return plan.diags.push(*d),
@@ -127,11 +218,10 @@ fn plan_dir(plan: &mut Plan, tree: &Path, dir: &str, units: &[&Unit], rules: &Ru
     let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
     match emit::splice(&old, &parsed, &block, force) {
         Ok(new) => {
-            let display = path.strip_prefix(tree).unwrap_or(&path).display().to_string();
             let parsed_new = makefile::parse(&new);
             plan.files
                 .insert(dir.to_string(), PlannedFile { path: path.clone(), text: new.clone(), parsed: parsed_new });
-            plan.changes.push(Change { path, display, old: Some(old), new: Some(new) });
+            plan.changes.push(Change { path: target, display, old: Some(old), new: Some(new) });
         }
         Err(SpliceError::Markers(line, message)) => plan.diags.push(
             Diagnostic::error(Code::BadMarker, message)
@@ -167,6 +257,7 @@ pub fn plan_fragments(policy: &Policy, rules: &Rules, out: &Path, command: &str,
     let by_dir = units_by_dir(policy);
     let mut wanted = Vec::new();
     for (dir, units) in &by_dir {
+        conflicts(units, rules, &mut plan.diags);
         let path = out.join(dir).join(FRAGMENT_NAME);
         let text = emit::render_fragment(units, rules, command, policy_name, dir);
         let old = std::fs::read_to_string(&path).ok();

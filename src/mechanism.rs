@@ -237,11 +237,9 @@ pub static RUST_MECHANISMS: &[RustMechanism] = &[
 
 /// Runtime hooks of instrumentation rustc never emits calls to: a Rust crate may define them
 /// (for C code linked with it) without any exemption. Listed by the source scan, never required.
-pub static FOREIGN_HOOKS: &[(&str, &str)] = &[
-    ("__ubsan_handle_", "UBSan (rustc has no UBSan; overflow checks panic instead)"),
-    ("__kcsan_", "KCSAN (rustc has no KCSAN instrumentation)"),
-    ("__gcov_", "GCOV (rustc's coverage is `-Cinstrument-coverage`)"),
-];
+/// (rustc has no UBSan, its overflow checks panic; no KCSAN; its coverage is
+/// `-Cinstrument-coverage`, not GCOV).
+pub static FOREIGN_HOOKS: &[(&str, &str)] = &[("__ubsan_handle_", "UBSan"), ("__kcsan_", "KCSAN"), ("__gcov_", "GCOV")];
 
 /// Index of a mechanism in [`RUST_MECHANISMS`]; ordering follows the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,12 +1,15 @@
 //! The one place that writes generated files or compares them for drift. Every write goes
 //! through a temporary file in the same directory, is synced, then renamed over the target, and
-//! keeps the target's permissions; so a file is always either wholly old or wholly new.
+//! keeps the target's permissions; so a file is always either wholly old or wholly new. A run
+//! stages every file before it renames any, so a failure before the renames changes nothing.
 
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use similar::TextDiff;
+
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 
 /// A file's planned new state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,30 +39,151 @@ impl Change {
 
 /// Write `contents` to `path` atomically, keeping the existing file's mode.
 pub fn write_atomic(path: &Path, contents: &str) -> io::Result<()> {
+    let mut created = Vec::new();
+    let staged = stage(path, contents, &mut created)?;
+    commit(staged, path)
+}
+
+/// A temporary file holding a target's new text, synced, with the target's mode, in the
+/// target's directory (so the rename that publishes it is atomic).
+fn stage(path: &Path, contents: &str, created: &mut Vec<PathBuf>) -> io::Result<tempfile::NamedTempFile> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    created.extend(dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(Path::to_path_buf));
     fs::create_dir_all(dir)?;
     let permissions = fs::metadata(path).ok().map(|m| m.permissions());
     let mut tmp = tempfile::Builder::new().prefix(".sanpolicy-").suffix(".tmp").tempfile_in(dir)?;
     tmp.write_all(contents.as_bytes())?;
-    tmp.as_file().sync_all()?;
     if let Some(p) = permissions {
         fs::set_permissions(tmp.path(), p)?;
     }
-    tmp.persist(path).map_err(|e| e.error)?;
+    tmp.as_file().sync_all()?;
+    Ok(tmp)
+}
+
+/// Rename a staged file over its target, then sync the directory so the rename is durable.
+fn commit(staged: tempfile::NamedTempFile, path: &Path) -> io::Result<()> {
+    staged.persist(path).map_err(|e| e.error)?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    // Best effort: the new text is in place whether or not the directory entry is synced yet.
+    let _ = fs::File::open(dir).and_then(|d| d.sync_all());
     Ok(())
+}
+
+/// Why a change cannot be written, found from metadata before anything is written: the target
+/// is a directory, a symlink (a rename would replace the link, and writing through it could
+/// leave the tree) or read-only (no write bit at all: checked from the mode because root
+/// ignores permissions), or a directory on the way is a file.
+pub fn preflight<'a>(changes: impl IntoIterator<Item = &'a Change>) -> Diagnostics {
+    let mut diags = Diagnostics::default();
+    for c in changes.into_iter().filter(|c| !c.is_noop()) {
+        let problem = match fs::symlink_metadata(&c.path) {
+            Ok(m) if m.file_type().is_symlink() => Some((
+                "is a symlink",
+                "sanpolicy replaces files by renaming a new one over them; replace the link by a copy",
+            )),
+            Ok(m) if m.is_dir() => Some(("is a directory", "remove or rename the directory")),
+            Ok(m) if m.permissions().readonly() => Some((
+                "is read-only",
+                "make it writable (`chmod u+w`) if sanpolicy should change it, or drop its units from the policy",
+            )),
+            _ => None,
+        };
+        let blocked = c.path.ancestors().skip(1).find(|a| fs::metadata(a).is_ok_and(|m| !m.is_dir()));
+        let message = match (problem, blocked) {
+            (Some((what, hint)), _) => Some((format!("`{}` {what}", c.display), hint.to_string())),
+            (None, Some(file)) if c.new.is_some() => Some((
+                format!("cannot write `{}`: `{}` is not a directory", c.display, file.display()),
+                "remove the file that stands where a directory belongs".to_string(),
+            )),
+            _ => None,
+        };
+        if let Some((message, hint)) = message {
+            diags.push(Diagnostic::error(Code::Io, message).at(Location::file(&c.path)).hint(hint));
+        }
+    }
+    diags
+}
+
+/// A step of [`apply_with`], reported to its hook just before it is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step<'a> {
+    /// The new text of this file is about to be written to a temporary file beside it.
+    Stage(&'a Path),
+    /// This file is about to be replaced (renamed over) or removed.
+    Commit(&'a Path),
 }
 
 /// Apply every change that is not a no-op; returns the paths written or removed.
 pub fn apply(changes: &[Change]) -> io::Result<Vec<PathBuf>> {
+    apply_with(changes, &mut |_| Ok(()))
+}
+
+/// [`apply`], calling `hook` before every step; an error from the hook fails that step, as a
+/// full disk or a vanished directory would (tests inject faults with it).
+///
+/// Three phases, so that a failure changes nothing or leaves every file whole:
+/// 1. [`preflight`]: any problem fails the whole run before a byte is written;
+/// 2. every new text is staged in a synced temporary file beside its target; any failure
+///    removes the temporary files (and directories created for them) and changes nothing;
+/// 3. the staged files are renamed over their targets and removals done. A failure here (or a
+///    kill) leaves each file either old or new, never mixed; the error names what was written.
+pub fn apply_with(changes: &[Change], hook: &mut dyn FnMut(Step<'_>) -> io::Result<()>) -> io::Result<Vec<PathBuf>> {
+    let changes: Vec<&Change> = changes.iter().filter(|c| !c.is_noop()).collect();
+    if let Some(d) = preflight(changes.iter().copied()).iter().next() {
+        return Err(io::Error::other(format!("{}; nothing was written", d.message)));
+    }
+    let mut created = Vec::new();
+    let mut staged = Vec::new();
+    for c in &changes {
+        let result = hook(Step::Stage(&c.path)).and_then(|()| match &c.new {
+            Some(text) => stage(&c.path, text, &mut created).map(Some),
+            None => Ok(None),
+        });
+        match result {
+            Ok(tmp) => staged.push((c, tmp)),
+            Err(e) => {
+                drop(staged);
+                remove_created(created);
+                return Err(io::Error::new(e.kind(), format!("writing `{}`: {e}; nothing was written", c.display)));
+            }
+        }
+    }
     let mut done = Vec::new();
-    for c in changes.iter().filter(|c| !c.is_noop()) {
-        match &c.new {
-            Some(text) => write_atomic(&c.path, text)?,
-            None => fs::remove_file(&c.path)?,
+    let mut staged = staged.into_iter();
+    while let Some((c, tmp)) = staged.next() {
+        let result = hook(Step::Commit(&c.path)).and_then(|()| match tmp {
+            Some(tmp) => commit(tmp, &c.path),
+            None => {
+                fs::remove_file(&c.path).or_else(|e| if e.kind() == io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
+            }
+        });
+        if let Err(e) = result {
+            drop(staged);
+            let written: Vec<&str> =
+                changes.iter().filter(|w| done.contains(&w.path)).map(|w| w.display.as_str()).collect();
+            let message = if written.is_empty() {
+                format!("writing `{}`: {e}; nothing was written", c.display)
+            } else {
+                format!(
+                    "writing `{}`: {e}; already written (each file is whole, old or new): {}",
+                    c.display,
+                    written.join(", ")
+                )
+            };
+            return Err(io::Error::new(e.kind(), message));
         }
         done.push(c.path.clone());
     }
     Ok(done)
+}
+
+/// Remove the directories staging created, deepest first, if they are still empty.
+fn remove_created(mut created: Vec<PathBuf>) {
+    created.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    created.dedup();
+    for dir in created {
+        let _ = fs::remove_dir(dir);
+    }
 }
 
 #[cfg(test)]

@@ -214,7 +214,13 @@ fn unusable_kbuild_files_stop_every_write() {
 #[test]
 fn hand_edited_block_refuses_every_write_but_force() {
     let tree = Tree::new("hand-edited", V6_12);
-    let runs = refused(&tree, &[&["gen-makefiles"], &["gen-makefiles", "--check"]]);
+    let runs = refused(&tree, &[&["gen-makefiles"]]);
+    // --check reports the hand edit as drift (exit 1), like any stale block, and writes nothing.
+    let before = tree.fingerprint();
+    let check = tree.run(&["gen-makefiles", "--check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert!(check.stderr.contains("error[hand-edited-block]"), "{}", check.stderr);
+    assert_unchanged(&before, &tree.fingerprint(), "gen-makefiles --check");
     assert!(
         runs[0].stderr.contains(
             "error[hand-edited-block]: generated block was edited by hand\n  ┌─ ./kernel/locking/Makefile:6:1\n"

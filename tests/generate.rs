@@ -315,7 +315,8 @@ fn hand_edited_block_is_refused_then_forced() {
     assert_unchanged(&before, &tree.fingerprint(), "gen-makefiles");
     insta::assert_snapshot!("hand_edited_refused", refused.both());
     let check_mode = tree.run(&["gen-makefiles", "--check"]);
-    assert_eq!(check_mode.both(), refused.both(), "--check refuses the same way");
+    assert_eq!(check_mode.code, 1, "--check reports the hand edit as drift: {}", check_mode.both());
+    assert!(check_mode.stderr.contains("error[hand-edited-block]"), "{}", check_mode.stderr);
     assert_unchanged(&before, &tree.fingerprint(), "gen-makefiles --check");
     let check = tree.run(&["check"]);
     assert_eq!(check.code, 1, "a hand edit is a finding for `check`: {}", check.both());

@@ -116,7 +116,9 @@ fn build(p: &ProfileTables, position: isize, user_prefix: &str, policy: &str) ->
         b.insert("rustflags", Item::Value(Value::Array(Array::new())));
         b.decor_mut().set_prefix(format!(
             "\n{}",
-            comment_block(&["Build scripts and proc-macros run on the host during the build: never instrumented.".into()])
+            comment_block(&[
+                "Build scripts and proc-macros run on the host during the build: never instrumented.".into()
+            ])
         ));
         b.set_position(position);
         t.insert("build-override", Item::Table(b));
@@ -309,4 +311,69 @@ pub fn owned_profiles(text: &str) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cargo::plan::PackageTable;
+
+    fn profile(rustflags: bool) -> ProfileTables {
+        ProfileTables {
+            name: "asan".into(),
+            inherits: "dev".into(),
+            rustflags: rustflags.then(|| vec!["-Zsanitizer=address".into()]),
+            keys: vec![],
+            target_modifiers: vec![],
+            build_override: rustflags,
+            packages: vec![PackageTable {
+                key: "x@1.0.0".into(),
+                rustflags: rustflags.then(Vec::new),
+                keys: vec![("overflow-checks", false)],
+                comment: vec!["x 1.0.0: skip asan".into()],
+            }],
+            comment: vec![],
+        }
+    }
+
+    fn update_with(text: &str, profiles: &[ProfileTables]) -> Result<String, Diagnostics> {
+        let edit = Edit { profiles, policy: "p.toml", remove_stale: true, force: false };
+        update(Path::new("Cargo.toml"), text, &edit)
+    }
+
+    #[test]
+    fn existing_cargo_features_are_kept_and_extended_once() {
+        let text = "cargo-features = [\"trim-paths\"]  # mine\n\n[workspace]\n";
+        let new = update_with(text, &[profile(true)]).unwrap();
+        assert!(
+            new.starts_with("cargo-features = [\"trim-paths\", \"profile-rustflags\"]  # mine\n\n[workspace]\n"),
+            "{new}"
+        );
+        assert_eq!(update_with(&new, &[profile(true)]).unwrap(), new);
+        // Stable keys alone need no unstable feature.
+        let stable = update_with("[workspace]\n", &[profile(false)]).unwrap();
+        assert!(!stable.contains("cargo-features") && stable.contains("overflow-checks = false"), "{stable}");
+    }
+
+    #[test]
+    fn reformatting_an_owned_table_is_not_a_hand_edit_but_a_new_value_is() {
+        let new = update_with("[workspace]\n", &[profile(true)]).unwrap();
+        assert!(new.contains("[profile.asan.package.\"x@1.0.0\"]"), "{new}");
+        let reformatted =
+            new.replace("rustflags = [\"-Zsanitizer=address\"]", "rustflags = [ '-Zsanitizer=address' ]  # hmm");
+        assert_ne!(reformatted, new);
+        assert_eq!(update_with(&reformatted, &[profile(true)]).unwrap(), new);
+        let edited = new.replace("overflow-checks = false", "overflow-checks = true");
+        let diags = update_with(&edited, &[profile(true)]).unwrap_err();
+        assert_eq!(diags.0[0].code, Code::HandEditedBlock);
+    }
+
+    #[test]
+    fn a_profile_that_is_not_a_table_is_refused() {
+        let diags = update_with("[workspace]\n[profile]\nasan = { opt-level = 1 }\n", &[profile(true)]).unwrap_err();
+        assert_eq!(diags.0[0].code, Code::UnownedTable);
+        assert_eq!(diags.0[0].location.as_ref().map(|l| l.line), Some(3));
+        let diags = update_with("profile = 1\n", &[profile(true)]).unwrap_err();
+        assert_eq!(diags.0[0].code, Code::Workspace);
+    }
 }

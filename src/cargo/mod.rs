@@ -18,7 +18,7 @@ use std::path::Path;
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::output::Change;
-use crate::policy::{CargoProfile, Policy};
+use crate::policy::{CargoProfile, Policy, Setting};
 use plan::{ProfileTables, Resolved};
 use scan::Scan;
 use workspace::Workspace;
@@ -44,12 +44,19 @@ pub struct CargoPlan {
 }
 
 /// The profiles of the policy that `options` selects.
-fn selected<'a>(policy: &'a Policy, options: &Options, diags: &mut Diagnostics, policy_path: &Path) -> Vec<&'a CargoProfile> {
+fn selected<'a>(
+    policy: &'a Policy,
+    options: &Options,
+    diags: &mut Diagnostics,
+    policy_path: &Path,
+) -> Vec<&'a CargoProfile> {
     if policy.profiles.is_empty() {
         diags.push(
             Diagnostic::error(Code::MissingKey, "the policy declares no `[[profile]]`".to_string())
                 .at(crate::diagnostic::Location::file(policy_path))
-                .hint("add `[[profile]]` with `name = \"asan\"` and `enable = [\"asan\"]`: the profile gen-cargo writes"),
+                .hint(
+                    "add `[[profile]]` with `name = \"asan\"` and `enable = [\"asan\"]`: the profile gen-cargo writes",
+                ),
         );
         return Vec::new();
     }
@@ -92,7 +99,7 @@ fn policy_name(policy_path: &Path, root: &Path) -> String {
 /// Read the workspace, resolve the policy's crates, compute the tables and the manifest's new
 /// text, and scan the members' sources.
 pub fn plan(policy: &Policy, policy_path: &Path, dir: &Path, options: &Options) -> Result<CargoPlan, Diagnostics> {
-    let workspace = workspace::load(dir).map_err(|d| Diagnostics(vec![d]))?;
+    let workspace = workspace::load(dir).map_err(|d| Diagnostics(vec![*d]))?;
     let mut diags = Diagnostics::default();
     let profiles = selected(policy, options, &mut diags, policy_path);
     let (resolved, resolve_diags) = plan::resolve(policy, &workspace);
@@ -159,7 +166,7 @@ fn findings(profiles: &[&CargoProfile], resolved: &[Resolved], scan: &Scan, diag
                     Diagnostic::error(
                         Code::RecursionProne,
                         format!(
-                            "`{name}` defines the {} hook `{}` but profile `{}` instruments it: every instrumented access in the hook calls the hook again",
+                            "`{name}` defines the {} hook `{}`, and profile `{}` instruments it: the instrumentation inside the hook calls the hook again",
                             id.get().title,
                             hook.symbol,
                             profile.name
@@ -174,7 +181,7 @@ fn findings(profiles: &[&CargoProfile], resolved: &[Resolved], scan: &Scan, diag
     for attr in scan.attributes.iter().filter(|a| !a.mechanisms.is_empty()) {
         let entry = entries.get(&attr.package).copied();
         let documented = entry.is_some_and(|e| {
-            attr.mechanisms.iter().any(|id| e.item_skip.contains(id) || e.settings.contains_key(id))
+            attr.mechanisms.iter().any(|id| e.item_skip.contains(id) || e.settings.get(id) == Some(&Setting::Skip))
         });
         if documented {
             continue;
@@ -183,7 +190,12 @@ fn findings(profiles: &[&CargoProfile], resolved: &[Resolved], scan: &Scan, diag
         diags.push(
             Diagnostic::error(
                 Code::UndocumentedAttribute,
-                format!("`{}` turns off {} for `{}`, and the policy does not say why", attr.package.0, names.join(", "), attr.item),
+                format!(
+                    "`{}` turns off `{}` for `{}`, and the policy does not say why",
+                    attr.package.0,
+                    attr.names.join("`, `"),
+                    attr.item
+                ),
             )
             .at(attr.location.clone())
             .hint(format!(

@@ -28,12 +28,15 @@ pub fn resolve<'a>(policy: &'a Policy, workspace: &'a Workspace) -> (Vec<Resolve
     for entry in &policy.crates {
         let spec = &entry.spec;
         let same_name: Vec<&Package> = workspace.packages.iter().filter(|p| p.name == spec.name).collect();
-        let matching: Vec<&Package> =
-            same_name.iter().copied().filter(|p| spec.matches(&p.name, &p.version)).collect();
+        let matching: Vec<&Package> = same_name.iter().copied().filter(|p| spec.matches(&p.name, &p.version)).collect();
         let versions = |ps: &[&Package]| ps.iter().map(|p| format!("`{}@{}`", p.name, p.version)).collect::<Vec<_>>();
         match matching.as_slice() {
             [package] => {
-                let key = if same_name.len() == 1 { package.name.clone() } else { format!("{}@{}", package.name, package.version) };
+                let key = if same_name.len() == 1 {
+                    package.name.clone()
+                } else {
+                    format!("{}@{}", package.name, package.version)
+                };
                 if let Some(first) = out.iter().find(|r| std::ptr::eq(r.package, *package)) {
                     diags.push(
                         Diagnostic::error(Code::DuplicateUnit, format!("`{key}` is named twice"))
@@ -63,9 +66,12 @@ pub fn resolve<'a>(policy: &'a Policy, workspace: &'a Workspace) -> (Vec<Resolve
                     format!("did you mean {}?", close.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(" or "))
                 };
                 diags.push(
-                    Diagnostic::error(Code::UnknownCrate, format!("no package `{}` in the workspace's graph", spec.name))
-                        .at(entry.location.clone())
-                        .hint(hint),
+                    Diagnostic::error(
+                        Code::UnknownCrate,
+                        format!("no package `{}` in the workspace's graph", spec.name),
+                    )
+                    .at(entry.location.clone())
+                    .hint(hint),
                 );
             }
             several => diags.push(
@@ -233,19 +239,18 @@ pub fn tables(profile: &CargoProfile, resolved: &[Resolved]) -> ProfileTables {
     comment.extend(profile.links.iter().map(|l| format!("see {l}")));
     let uses_rustflags = rustflags.is_some() || packages.iter().any(|p| p.rustflags.is_some());
     if uses_rustflags {
-        comment.push("`rustflags` in a profile and `-Z` flags are unstable: build with `RUSTC_BOOTSTRAP=1` or nightly.".into());
+        comment.push(
+            "`rustflags` in a profile and `-Z` flags are unstable: build with `RUSTC_BOOTSTRAP=1` or nightly.".into(),
+        );
     }
     let target_modifiers: Vec<RustMechId> = target_modifiers.into_iter().collect();
+    let build_override = rustflags.is_some();
     if abi {
         let titles: Vec<&str> = target_modifiers.iter().map(|id| id.get().title).collect();
-        comment.push(format!(
-            "{} changes the ABI (a target modifier): every crate here passes `{ABI_MISMATCH_FLAG}`,",
-            titles.join(" and ")
-        ));
-        comment.push(
-            "or rustc would refuse to link instrumented crates with exempt ones and with the prebuilt, uninstrumented std."
-                .into(),
-        );
+        comment
+            .push(format!("{} changes the ABI (a target modifier), so every crate here passes", titles.join(" and ")));
+        comment.push(format!("`{ABI_MISMATCH_FLAG}`: rustc would otherwise refuse to link instrumented"));
+        comment.push("crates with exempt ones and with the prebuilt, uninstrumented standard library.".into());
     }
     ProfileTables {
         name: profile.name.clone(),
@@ -253,7 +258,7 @@ pub fn tables(profile: &CargoProfile, resolved: &[Resolved]) -> ProfileTables {
         rustflags,
         keys,
         target_modifiers,
-        build_override: rustflags.is_some(),
+        build_override,
         packages,
         comment,
     }

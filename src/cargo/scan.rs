@@ -155,14 +155,18 @@ impl Visitor<'_> {
 /// `#[export_name = "…"]` or `#[unsafe(export_name = "…")]`.
 fn exported_name(attrs: &[Attribute], ident: &syn::Ident) -> Option<String> {
     for attr in attrs {
+        let inner;
         let meta = match &attr.meta {
             Meta::List(list) if list.path.is_ident("unsafe") => match list.parse_args::<Meta>() {
-                Ok(m) => m,
+                Ok(m) => {
+                    inner = m;
+                    &inner
+                }
                 Err(_) => continue,
             },
-            other => other.clone(),
+            other => other,
         };
-        match &meta {
+        match meta {
             Meta::Path(p) if p.is_ident("no_mangle") => return Some(ident.to_string()),
             Meta::NameValue(nv) if nv.path.is_ident("export_name") => {
                 if let Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) = &nv.value {
@@ -210,9 +214,8 @@ impl<'ast> Visit<'ast> for Visitor<'_> {
         if names.is_empty() {
             return;
         }
-        let mechanisms = RustMechId::all()
-            .filter(|id| id.get().attributes.iter().any(|a| names.iter().any(|n| n == a)))
-            .collect();
+        let mechanisms =
+            RustMechId::all().filter(|id| id.get().attributes.iter().any(|a| names.iter().any(|n| n == a))).collect();
         let item = if self.stack.is_empty() { "crate".to_string() } else { self.stack.join("::") };
         let location = self.loc(attr.pound_token.span, attr.bracket_token.span.close());
         self.out.attributes.push(ItemAttribute { package: self.id(), item, names, mechanisms, location });
@@ -283,8 +286,11 @@ pub extern "C" fn helper() {}
 mod inner { struct S; impl S { #[no_mangle] extern "C" fn __lsan_ignore_object() {} } }
 "#,
         );
-        let found: Vec<_> =
-            s.hooks.iter().map(|h| (h.symbol.as_str(), h.location.line, h.mechanisms.len(), h.foreign.is_some())).collect();
+        let found: Vec<_> = s
+            .hooks
+            .iter()
+            .map(|h| (h.symbol.as_str(), h.location.line, h.mechanisms.len(), h.foreign.is_some()))
+            .collect();
         assert_eq!(
             found,
             [

@@ -44,12 +44,14 @@ fn linked(kind: &TargetKind) -> bool {
 }
 
 /// Run `cargo metadata` on the workspace containing `dir`.
-pub fn load(dir: &Path) -> Result<Workspace, Diagnostic> {
+pub fn load(dir: &Path) -> Result<Workspace, Box<Diagnostic>> {
     let manifest = dir.join("Cargo.toml");
     if !manifest.is_file() {
         let what = if dir.is_dir() { "has no `Cargo.toml`" } else { "is not a directory" };
-        return Err(Diagnostic::error(Code::Workspace, format!("workspace `{}` {what}", dir.display()))
-            .hint("pass the directory of a Cargo workspace with `--workspace DIR`"));
+        return Err(Box::new(
+            Diagnostic::error(Code::Workspace, format!("workspace `{}` {what}", dir.display()))
+                .hint("pass the directory of a Cargo workspace with `--workspace DIR`"),
+        ));
     }
     let metadata = MetadataCommand::new()
         .manifest_path(&manifest)
@@ -62,8 +64,10 @@ pub fn load(dir: &Path) -> Result<Workspace, Diagnostic> {
                 cargo_metadata::Error::CargoMetadata { stderr } => stderr.trim().to_string(),
                 other => other.to_string(),
             };
-            Diagnostic::error(Code::Workspace, format!("`cargo metadata` failed for `{}`: {detail}", dir.display()))
-                .hint("fix the workspace so that `cargo metadata` succeeds (a crates.io dependency needs the network or a filled cache)")
+            Box::new(
+                Diagnostic::error(Code::Workspace, format!("`cargo metadata` failed for `{}`: {detail}", dir.display()))
+                    .hint("fix the workspace so that `cargo metadata` succeeds (a crates.io dependency needs the network or a filled cache)"),
+            )
         })?;
     let members: Vec<_> = metadata.workspace_members.clone();
     let mut packages: Vec<(String, cargo_metadata::semver::Version, Package)> = metadata

@@ -27,15 +27,33 @@ pub struct GenArgs {
     /// policy's directories, fast enough for a pre-commit hook.
     #[arg(long, requires = "check")]
     pub sweep: bool,
+    /// Require real reasons: refuse (exit 2, nothing written) while a unit's reason is still a
+    /// `TODO(sanpolicy import)` placeholder.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Ok(inputs) = inputs(&args.common, defaults, args.out.is_none(), ui) else { return EXIT_BAD_INPUT };
+    if args.strict {
+        let placeholders = crate::check::placeholder_errors(&inputs.policy);
+        if placeholders.has_errors() {
+            ui.report(&placeholders);
+            eprintln!("error: nothing was written");
+            return EXIT_BAD_INPUT;
+        }
+    }
     let mut plan = plan_for(&inputs, args.out.as_deref(), defaults, args.force, !args.check || args.sweep);
     plan.changes.push(effective_snapshot(&inputs, args.out.as_deref(), defaults));
     let blocking = plan.diags.clone().sorted();
     if blocking.has_errors() {
         ui.report(&blocking);
+        // In --check mode a hand-edited block is drift like any other (exit 1); writing it
+        // would lose the edit, so a write refuses as for bad input (exit 2).
+        if args.check && !blocking.has_bad_input() {
+            eprintln!("error: generated files are out of date; move the hand edit into the policy, then run `{} gen-makefiles --force`", defaults.program);
+            return EXIT_FINDINGS;
+        }
         eprintln!("error: nothing was written");
         return EXIT_BAD_INPUT;
     }
@@ -55,6 +73,12 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             defaults.program
         );
         return EXIT_FINDINGS;
+    }
+    let unwritable = output::preflight(&plan.changes);
+    if unwritable.has_errors() {
+        ui.report(&unwritable);
+        eprintln!("error: nothing was written");
+        return EXIT_BAD_INPUT;
     }
     if let Err(e) = output::apply(&plan.changes) {
         eprintln!("error: writing failed: {e}");
@@ -88,7 +112,9 @@ fn effective_snapshot(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults) 
         Some(dir) => dir.join(beside.file_name().unwrap_or_default()),
         None => beside,
     };
-    let table = effective::compute(&inputs.policy, &inputs.rules, None);
-    let text = effective::render(&table, &display(&inputs.policy_path), &format!("{} gen-makefiles", defaults.program));
-    Change { display: display(&path), old: std::fs::read_to_string(&path).ok(), new: Some(text), path }
+    let command = format!("{} gen-makefiles", defaults.program);
+    let mut change =
+        effective::snapshot_change(&inputs.policy, &inputs.rules, &path, &display(&inputs.policy_path), &command);
+    change.display = display(&path);
+    change
 }

@@ -7,6 +7,7 @@ use clap::Args;
 use super::context::{display, inputs_without_policy, CommonArgs, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
+use crate::review::effective;
 use crate::{import, output, policy};
 
 #[derive(Debug, Args)]
@@ -43,7 +44,7 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             .hint("pass `--force` to overwrite it, or `--out FILE`")]));
         return EXIT_BAD_INPUT;
     }
-    let scan = import::scan(&tree);
+    let scan = with_spinner(&format!("reading kbuild files under {}", tree.display()), || import::scan(&tree));
     let text = import::policy_toml(&scan.units, IMPORT_HEADER);
     let (policy, diags) = policy::parse_str(&out, &text);
     if diags.has_errors() {
@@ -60,6 +61,12 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             old: std::fs::read_to_string(&out).ok(),
             new: Some(text.clone()),
         });
+    }
+    if !to_stdout {
+        // The policy's effective-instrumentation snapshot starts out in sync, as gen-makefiles keeps it.
+        let command = format!("{} gen-makefiles", defaults.program);
+        let snapshot = effective::snapshot_path(&out);
+        changes.push(effective::snapshot_change(&policy, &inputs, &snapshot, &display(&out), &command));
     }
     if args.adopt {
         changes.extend(import::adopt(&scan.taken, &policy, &inputs, &tree));
@@ -85,4 +92,17 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         if args.adopt { format!(", {} kbuild files adopted", changes.iter().filter(|c| c.path != out && !c.is_noop()).count()) } else { String::new() }
     );
     EXIT_OK
+}
+
+/// Run `work` with a spinner on a terminal; nothing when stderr is piped or under CI.
+fn with_spinner<T>(message: &str, work: impl FnOnce() -> T) -> T {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
+        return work();
+    }
+    let spinner = indicatif::ProgressBar::new_spinner().with_message(message.to_string());
+    spinner.enable_steady_tick(std::time::Duration::from_millis(80));
+    let result = work();
+    spinner.finish_and_clear();
+    result
 }

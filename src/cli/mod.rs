@@ -20,6 +20,7 @@ macro_rules! outln {
 mod check;
 mod context;
 mod gen;
+mod gen_cargo;
 mod hook;
 mod import;
 mod review;
@@ -86,9 +87,17 @@ enum Command {
         after_help = "Examples:\n  sanpolicy gen-makefiles                 # inside a kernel checkout\n  cargo xtask gen-makefiles               # bundled policy into target/\n  sanpolicy gen-makefiles --check         # exit 1 with a diff when stale"
     )]
     GenMakefiles(gen::GenArgs),
+    /// Write the policy's `[[profile]]`s and `[[crate]]` exemptions into a Cargo workspace's root
+    /// `Cargo.toml`; scan its crates for sanitizer hooks and `#[sanitize]` attributes.
+    #[command(
+        after_help = "Examples:\n  sanpolicy gen-cargo                     # workspace `.`, policy ./sanitizer-policy.toml\n  cargo xtask gen-cargo --workspace DIR --profile asan\n  sanpolicy gen-cargo --check             # exit 1 with a diff when stale, or on findings"
+    )]
+    GenCargo(gen_cargo::GenCargoArgs),
     /// Validate the policy (and the tree): requirements, sources, drift.
-    #[command(after_help = "Examples:\n  sanpolicy check\n  cargo xtask check --tree /usr/src/linux")]
-    Check(CommonArgs),
+    #[command(
+        after_help = "Examples:\n  sanpolicy check\n  sanpolicy check --strict                # placeholder reasons are errors\n  cargo xtask check --tree /usr/src/linux"
+    )]
+    Check(check::CheckArgs),
     /// Import a kernel tree's existing directives into a policy (and with --adopt, rewrite the
     /// Makefiles to hold generated blocks instead).
     #[command(
@@ -133,6 +142,7 @@ pub fn main(args: impl IntoIterator<Item = String>, defaults: &Defaults) -> u8 {
     let mut ui = Ui::new();
     match cli.command {
         Command::GenMakefiles(a) => gen::run(&a, defaults, &mut ui),
+        Command::GenCargo(a) => gen_cargo::run(&a, defaults, &mut ui),
         Command::Check(a) => check::run(&a, defaults, &mut ui),
         Command::Rules(a) => rules::run(&a, defaults, &mut ui),
         Command::Import(a) => import::run(&a, defaults, &mut ui),

@@ -4,7 +4,7 @@
 
 use super::directive_line;
 use crate::kbuild::Rules;
-use crate::makefile::{Block, KbuildFile};
+use crate::makefile::{Block, KbuildFile, BEGIN_MARKER, END_MARKER};
 use crate::policy::Unit;
 
 const BEGIN_TEMPLATE: &str = include_str!("../../templates/kbuild-block-begin.txt");
@@ -20,14 +20,33 @@ pub fn checksum(body: &str) -> String {
     format!("{hash:016x}")
 }
 
+/// Why `text` (a reason or a link) cannot be written as comment lines of a generated block, if
+/// it cannot: a control character (a lone carriage return would make the file unreadable as
+/// Kbuild text), or a line that would read as one of the block's own markers. The policy parser
+/// refuses such text; [`render_block`] neutralises it anyway, so no text can end the block early.
+pub fn comment_problem(text: &str) -> Option<String> {
+    let text = text.replace("\r\n", "\n");
+    if let Some(c) = text.chars().find(|c| c.is_control() && *c != '\n' && *c != '\t') {
+        return Some(format!("control character U+{:04X}", u32::from(c)));
+    }
+    text.lines().find(|l| forges_marker(l)).map(|l| format!("the line `{l}` would read as a generated block marker"))
+}
+
+/// Whether `# {line}` would be taken for a begin or end marker.
+fn forges_marker(line: &str) -> bool {
+    [BEGIN_MARKER, END_MARKER].iter().any(|m| m.strip_prefix("# ").is_some_and(|m| line.starts_with(m)))
+}
+
 fn comment_lines(out: &mut String, text: &str) {
     for line in text.lines() {
+        // Control characters become blanks, and a line that reads as a marker is indented.
+        let line: String = line.chars().map(|c| if c.is_control() && c != '\t' { ' ' } else { c }).collect();
         // A comment ending in `\` would continue onto the next line and swallow a directive.
         let line = line.trim_end_matches(|c: char| c == '\\' || c.is_whitespace());
         if line.is_empty() {
             out.push_str("#\n");
         } else {
-            out.push_str("# ");
+            out.push_str(if forges_marker(line) { "#  " } else { "# " });
             out.push_str(line);
             out.push('\n');
         }

@@ -315,6 +315,7 @@ fn assigned_values(text: &str, var: &str) -> Vec<String> {
 
 /// Per-object directives whose object has no source in the directory are dead.
 fn stale(tree: &Path, units: &[ImportedUnit], taken: &[Taken], diags: &mut Diagnostics) {
+    let (rules, _) = crate::kbuild::Rules::from_tree(tree);
     for t in taken {
         for &i in &t.assignments {
             let a = &t.parsed.assignments[i];
@@ -322,7 +323,7 @@ fn stale(tree: &Path, units: &[ImportedUnit], taken: &[Taken], diags: &mut Diagn
             let Some(object) = &d.object else { continue };
             let unit = units.iter().find(|u| u.dir == t.dir && u.object.as_ref() == Some(object));
             let vars = unit.map(|u| u.vars.clone()).unwrap_or_default();
-            if !crate::check::has_source(&tree.join(&t.dir), object, &vars, &t.text) {
+            if !crate::check::has_source(&tree.join(&t.dir), object, &vars, &t.text, rules.naming(d.mech)) {
                 diags.push(
                     Diagnostic::warning(
                         Code::MissingSource,

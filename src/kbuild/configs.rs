@@ -76,26 +76,10 @@ fn is_own_guard(text: &str, mech_config: &str) -> bool {
     text == format!("ifdef {mech_config}") || text == format!("ifndef {mech_config}")
 }
 
-/// Mechanisms whose variables `id`'s decision reads (signed-wrap also reads `UBSAN_SANITIZE`).
-fn read_by(rules: &Rules, id: MechId) -> Vec<MechId> {
-    let Some(super::rules::Decision { kind: super::rules::DecisionKind::Chain { terms, .. }, .. }) = rules.decision(id)
-    else {
-        return vec![id];
-    };
-    let vars: Vec<&str> = terms
-        .iter()
-        .filter_map(|t| match t {
-            super::rules::Term::PerObject(v) | super::rules::Term::Directory(v) => Some(v.as_str()),
-            _ => None,
-        })
-        .collect();
-    let mut ids: Vec<MechId> = MechId::all()
-        .filter(|m| matches!(m.get().form, crate::mechanism::Form::Variable { var, .. } if vars.contains(&var)))
-        .collect();
-    if !ids.contains(&id) {
-        ids.push(id);
-    }
-    ids
+/// Whether any line of `file` can decide `id` (else every object has the tree's default).
+pub fn touches(file: &KbuildFile, rules: &Rules, id: MechId) -> bool {
+    let read = rules.reads(id);
+    file.directives().any(|(_, d)| read.contains(&d.mech))
 }
 
 /// The conditions enclosing the lines that can decide `id` for `objects` (all objects when
@@ -108,7 +92,7 @@ pub fn guards(
     preset: &[(String, String)],
 ) -> Vec<String> {
     let mech_config = id.get().config;
-    let read = read_by(rules, id);
+    let read = rules.reads(id);
     let naming = rules.naming(id);
     let substitute = |text: &str| preset.iter().fold(text.to_string(), |t, (n, v)| t.replace(&format!("$({n})"), v));
     let stems: Option<Vec<String>> = objects.map(|os| os.iter().map(|o| naming.stem(o)).collect());
@@ -196,6 +180,34 @@ pub fn state_with(
     } else {
         State::Depends(influential(outcomes))
     })
+}
+
+/// [`state_with`] reusing `base`, the file already run in the instrumented environment with
+/// normal evaluation (and `preset`): when no condition guards the deciding lines, that run is
+/// the only configuration, so one run serves every mechanism of an object.
+pub fn state_in(
+    file: &KbuildFile,
+    rules: &Rules,
+    id: MechId,
+    object: &str,
+    preset: &[(String, String)],
+    base: &Env,
+) -> Option<State> {
+    if !guards(file, rules, id, Some(&[object.to_string()]), preset).is_empty() {
+        return state_with(file, rules, id, object, true, preset);
+    }
+    let on = evaluate(rules, id, object, base, true)?.on;
+    Some(if on { State::On } else { State::Off })
+}
+
+/// The instrumented environment with `preset`, after running `file` with normal evaluation.
+pub fn base_env(file: &KbuildFile, preset: &[(String, String)]) -> Env {
+    let mut env = instrumented_env();
+    for (name, value) in preset {
+        env.set(name, value);
+    }
+    env.run(file, &mut Evaluate);
+    env
 }
 
 /// Drop guards whose value never changes the result, and the duplicate rows that leaves, so

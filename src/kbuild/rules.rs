@@ -87,7 +87,7 @@ impl Decision {
                     .collect();
                 format!("default {}{}", tail.join(""), if *gated { ", only for kernel objects" } else { "" })
             }
-            DecisionKind::Flags => "flag removal".to_string(),
+            DecisionKind::Flags => "default: flags kept unless removed".to_string(),
         }
     }
 }
@@ -98,6 +98,9 @@ pub struct Rules {
     /// Where they were read from, for "which rules were picked".
     pub source: String,
     pub decisions: BTreeMap<MechId, Decision>,
+    /// For each mechanism, the mechanisms whose variables its decision reads (itself, and
+    /// UBSAN for signed-wrap).
+    reads: BTreeMap<MechId, Vec<MechId>>,
 }
 
 /// Linux 6.12's own rule files, verbatim (GPL-2.0), shared with the tests' fixtures.
@@ -156,7 +159,13 @@ impl Rules {
         if cache.values().any(Option::is_none) {
             decisions.clear();
         }
-        (Rules { source: source.to_string(), decisions }, diags.sorted())
+        let reads = MechId::all().map(|id| (id, read_by(decisions.get(&id), id))).collect();
+        (Rules { source: source.to_string(), decisions, reads }, diags.sorted())
+    }
+
+    /// The mechanisms whose lines can decide `id`.
+    pub fn reads(&self, id: MechId) -> &[MechId] {
+        self.reads.get(&id).map_or(&[], Vec::as_slice)
     }
 
     pub fn decision(&self, id: MechId) -> Option<&Decision> {
@@ -184,6 +193,25 @@ impl Rules {
         }
         out
     }
+}
+
+fn read_by(decision: Option<&Decision>, id: MechId) -> Vec<MechId> {
+    let vars: Vec<&str> = match decision.map(|d| &d.kind) {
+        Some(DecisionKind::Chain { terms, .. }) => terms
+            .iter()
+            .filter_map(|t| match t {
+                Term::PerObject(v) | Term::Directory(v) => Some(v.as_str()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut ids: Vec<MechId> =
+        MechId::all().filter(|m| matches!(m.get().form, Form::Variable { var, .. } if vars.contains(&var))).collect();
+    if !ids.contains(&id) {
+        ids.push(id);
+    }
+    ids
 }
 
 fn term_text(t: &Term) -> String {

@@ -26,6 +26,10 @@ impl Condition {
         if line.contains('#') || line.contains('\n') || line.contains('\r') {
             return Err("a condition is one make line without `#` or line breaks".into());
         }
+        // A final `\` would continue the condition onto the next line, swallowing a directive.
+        if line.ends_with('\\') || line.chars().any(|c| c.is_control() && c != '\t') {
+            return Err("a condition is one make line: no control characters, and no `\\` at the end".into());
+        }
         let (keyword, rest) = line
             .split_once(|c: char| c.is_whitespace() || c == '(')
             .map_or((line, ""), |(k, _)| (k, line[k.len()..].trim()));
@@ -150,6 +154,8 @@ mod tests {
             "ifeq (ab)",
             "ifdef X # c",
             "ifdef X\nKASAN_SANITIZE := y",
+            "ifdef CONFIG_X\\",
+            "ifdef CONFIG_\x01X",
         ] {
             assert!(Condition::parse(bad).is_err(), "{bad:?}");
         }

@@ -105,6 +105,9 @@ pub struct KbuildFile {
     pub marker_problems: Vec<MarkerProblem>,
     /// Conditional directives in source order (for evaluation).
     pub events: Vec<Event>,
+    /// Index into `assignments` and classification of every instrumentation directive, in order
+    /// (classified once at parse time; the resolver asks for them many times).
+    directives: Vec<(usize, Directive)>,
 }
 
 /// What an evaluator walks: conditionals and assignments in source order.
@@ -119,7 +122,7 @@ pub enum Event {
 impl KbuildFile {
     /// The instrumentation directives among the assignments.
     pub fn directives(&self) -> impl Iterator<Item = (usize, Directive)> + '_ {
-        self.assignments.iter().enumerate().filter_map(|(i, a)| classify(a).map(|d| (i, d)))
+        self.directives.iter().cloned()
     }
 }
 
@@ -147,8 +150,12 @@ fn logical_lines(text: &str) -> Vec<Logical> {
         let mut logical =
             pending.take().unwrap_or(Logical { text: String::new(), line: i + 1, end_line: i + 1, start_byte: start });
         if !logical.text.is_empty() || logical.line != i + 1 {
-            // Make replaces backslash-newline and the blanks around it by one space.
-            logical.text = format!("{} {}", logical.text.trim_end(), body.trim_start());
+            // Make replaces backslash-newline and the blanks around it by one space (in place:
+            // a line continued thousands of times stays linear).
+            let kept = logical.text.trim_end().len();
+            logical.text.truncate(kept);
+            logical.text.push(' ');
+            logical.text.push_str(body.trim_start());
         } else {
             logical.text.push_str(body);
         }
@@ -199,7 +206,11 @@ pub fn parse(text: &str) -> KbuildFile {
                     continue;
                 }
                 comment = Some(match comment.take() {
-                    Some((prev, line)) => (format!("{prev}\n{c}"), line),
+                    Some((mut prev, line)) => {
+                        prev.push('\n');
+                        prev.push_str(c);
+                        (prev, line)
+                    }
                     None => (c.to_string(), logical.line),
                 });
                 continue;
@@ -251,12 +262,16 @@ pub fn parse(text: &str) -> KbuildFile {
         };
         a.frames = groups.iter().flatten().cloned().collect();
         // A comment explains the run of directives right below it; any other line ends the run.
-        match (&paragraph_comment, classify(&a)) {
+        let directive = classify(&a);
+        match (&paragraph_comment, &directive) {
             (Some((c, line)), Some(_)) => {
                 a.comment = Some(c.clone());
                 a.comment_line = Some(*line);
             }
             _ => paragraph_comment = None,
+        }
+        if let Some(d) = directive {
+            file.directives.push((file.assignments.len(), d));
         }
         a.in_block = block_begin.is_some();
         file.events.push(Event::Assign(file.assignments.len()));

@@ -30,6 +30,8 @@ pub struct Unit {
     pub path: UnitPath,
     pub settings: BTreeMap<MechId, Setting>,
     pub why: String,
+    /// Where `why = …` is written.
+    pub why_location: Location,
     pub links: Vec<String>,
     /// Make conditionals the lines are wrapped in, outermost first (`ifdef CONFIG_X`).
     pub when: Vec<String>,

@@ -8,7 +8,7 @@ use std::path::Path;
 use toml_edit::{Document, Item, Key, TableLike};
 
 use super::{Policy, Requirement, Setting, Unit, UnitPath};
-use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, LineIndex, Location};
 use crate::mechanism::{self, MechId};
 
 mod cargo;
@@ -52,7 +52,7 @@ fn load_into(path: &Path, policy: &mut Policy, diags: &mut Diagnostics, depth: u
                     Code::Io,
                     format!("policy is not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to()),
                 )
-                .at(Location::file(path))
+                .at(Location::invalid_utf8(path, e.as_bytes(), e.utf8_error()))
                 .hint("save the policy as UTF-8"),
             ),
         },
@@ -68,13 +68,14 @@ fn load_into(path: &Path, policy: &mut Policy, diags: &mut Diagnostics, depth: u
 struct Ctx<'a> {
     path: &'a Path,
     text: &'a str,
+    lines: LineIndex,
     diags: &'a mut Diagnostics,
 }
 
 impl Ctx<'_> {
     fn loc(&self, span: Option<Range<usize>>) -> Location {
         match span {
-            Some(s) => Location::from_span(self.path, self.text, s),
+            Some(s) => Location::indexed(self.path, self.text, &self.lines, s),
             None => Location::file(self.path),
         }
     }
@@ -99,7 +100,7 @@ fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnost
             return;
         }
     };
-    let mut cx = Ctx { path, text, diags };
+    let mut cx = Ctx { path, text, lines: LineIndex::new(text), diags };
     let root = doc.as_table();
     unknown_keys(&mut cx, root, TOP_KEYS, "top level");
     for (table, span) in tables(&mut cx, root, "unit") {
@@ -244,7 +245,30 @@ struct Common {
     path: UnitPath,
     path_span: Option<Range<usize>>,
     why: String,
+    why_span: Option<Range<usize>>,
     links: Vec<String>,
+}
+
+/// Reasons and links become comment lines of the generated block: refuse what a comment line
+/// cannot hold (see [`crate::emit::comment_problem`]).
+fn comment_text(cx: &mut Ctx, key: &str, text: &str, span: Option<Range<usize>>) -> bool {
+    let problem = if key == "links" && text.contains('\n') {
+        Some("a line break".to_string())
+    } else {
+        crate::emit::comment_problem(text)
+    };
+    let Some(problem) = problem else { return true };
+    cx.error(
+        Code::BadReason,
+        span,
+        format!("`{key}` holds {problem}"),
+        if key == "links" {
+            "write each link as one line of text"
+        } else {
+            "a reason becomes `#` comment lines of the Makefile: remove control characters, and reword a line that reads as a block marker"
+        },
+    );
+    false
 }
 
 fn parse_common(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>, what: &str) -> Option<Common> {
@@ -260,7 +284,7 @@ fn parse_common(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>,
             );
             None
         }
-        Some((w, _)) => Some(w.trim().to_string()),
+        Some((w, s)) => comment_text(cx, "why", &w, s.clone()).then(|| (w.trim().replace("\r\n", "\n"), s)),
         None if table.get("why").is_none() => {
             cx.error(
                 Code::MissingKey,
@@ -272,7 +296,11 @@ fn parse_common(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>,
         }
         None => None,
     };
-    let links: Vec<String> = string_list(cx, table, "links").into_iter().map(|(l, _)| l).collect();
+    let links: Vec<String> = string_list(cx, table, "links")
+        .into_iter()
+        .filter(|(l, s)| comment_text(cx, "links", l, Some(s.clone())))
+        .map(|(l, _)| l)
+        .collect();
     let Some((path_text, path_span)) = path else {
         if table.get("path").is_none() {
             cx.error(
@@ -291,7 +319,8 @@ fn parse_common(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>,
             return None;
         }
     };
-    Some(Common { path, path_span, why: why?, links })
+    let (why, why_span) = why?;
+    Some(Common { path, path_span, why, why_span, links })
 }
 
 fn mechanisms(cx: &mut Ctx, table: &dyn TableLike, key: &str) -> Vec<(MechId, Location)> {
@@ -357,6 +386,7 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
     Some(Unit {
         path: common.path,
         settings,
+        why_location: cx.loc(common.why_span.clone()),
         why: common.why,
         links: common.links,
         when,

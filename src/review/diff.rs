@@ -101,8 +101,14 @@ pub fn markdown(changes: &[Change], title: &str) -> String {
         }
         out.push_str(&format!("### {heading} ({})\n\n", group.len()));
         for c in group {
-            out.push_str(&format!("- `{}`", line(c).replacen(": ", "`: ", 1)));
-            out.push('\n');
+            let reason = c.reason.as_ref().map(|(why, at)| format!(" — {why} ({at})")).unwrap_or_default();
+            out.push_str(&format!(
+                "- `{}`: {} {} → {}{reason}\n",
+                c.path,
+                c.mech.get().title,
+                c.before.label(),
+                c.after.label()
+            ));
         }
         out.push('\n');
     }

@@ -68,17 +68,28 @@ pub fn dir_files(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> BTreeMa
 pub fn compute(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> Effective {
     let files = dir_files(policy, rules, plan);
     let mut out = Effective::new();
+    // With no line in the file, every object of a mechanism has the same (default) state.
+    // Units of one directory share the file, so they share its evaluated variables.
+    let mut bases: BTreeMap<(String, Vec<(String, String)>), crate::kbuild::Env> = BTreeMap::new();
+    let defaults: BTreeMap<MechId, Option<State>> =
+        MechId::all().map(|id| (id, configs::state(&KbuildFile::default(), rules, id, ANY_OBJECT, true))).collect();
     for (index, unit) in policy.units.iter().enumerate() {
         let Some(file) = files.get(&unit.path.kbuild_dir) else { continue };
         for (shown, site) in variants(unit) {
+            let base = bases
+                .entry((site.dir.clone(), site.preset.clone()))
+                .or_insert_with(|| configs::base_env(file, &site.preset));
             for id in MechId::all() {
                 if out.contains_key(&(shown.clone(), id)) {
                     continue;
                 }
-                let Some(state) = configs::state_with(file, rules, id, &site.object, true, &site.preset) else {
+                let default = &defaults[&id];
+                if !unit.settings.contains_key(&id) && !configs::touches(file, rules, id) {
+                    continue;
+                }
+                let Some(state) = configs::state_in(file, rules, id, &site.object, &site.preset, base) else {
                     continue;
                 };
-                let default = configs::state_with(&KbuildFile::default(), rules, id, &site.object, true, &site.preset);
                 if Some(&state) != default.as_ref() || unit.settings.contains_key(&id) {
                     let explaining = explaining_unit(policy, unit, id).or(Some(index));
                     out.insert((shown.clone(), id), Entry { state, unit: explaining, at: site.clone() });
@@ -146,4 +157,22 @@ pub fn snapshot_path(policy_path: &Path) -> std::path::PathBuf {
 /// Whether a unit forces a mechanism (for labelling "on (forced)").
 pub fn forced(policy: &Policy, entry: &Entry, id: MechId) -> bool {
     entry.unit.is_some_and(|i| policy.units[i].settings.get(&id) == Some(&Setting::Force))
+}
+
+/// The snapshot file's planned state for `policy` at `path` (see [`render`]).
+pub fn snapshot_change(
+    policy: &Policy,
+    rules: &Rules,
+    path: &Path,
+    policy_name: &str,
+    command: &str,
+) -> crate::output::Change {
+    let text = render(&compute(policy, rules, None), policy_name, command);
+    let display = path.display().to_string();
+    crate::output::Change {
+        display,
+        old: std::fs::read_to_string(path).ok(),
+        new: Some(text),
+        path: path.to_path_buf(),
+    }
 }

@@ -155,8 +155,13 @@ fn source(
 }
 
 /// Human text.
+fn shown(path: &Path) -> String {
+    let text = path.display().to_string();
+    text.strip_prefix("./").map(str::to_string).unwrap_or(text)
+}
+
 pub fn render_text(e: &Explanation, policy: &Policy) -> String {
-    let file = e.kbuild_file.as_ref().map_or("generated block only, no tree".to_string(), |p| p.display().to_string());
+    let file = e.kbuild_file.as_deref().map_or("generated block only, no tree".to_string(), shown);
     let mut out = format!("{}  ({file})\n", e.object);
     for m in &e.mechanisms {
         let (what, why) = describe(&m.source, policy, e);
@@ -247,7 +252,7 @@ pub fn to_json(e: &Explanation, policy: &Policy) -> Value {
         .collect();
     json!({
         "object": e.object,
-        "kbuild_file": e.kbuild_file.as_ref().map(|p| p.display().to_string()),
+        "kbuild_file": e.kbuild_file.as_deref().map(shown),
         "mechanisms": mechanisms,
         "requirements": requirements,
     })

@@ -3,7 +3,7 @@
 //! file by hand. It reads only what it must, from the git index: the staged kbuild files, the
 //! policy, and the kbuild files of the policy's directories when the policy changed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -35,41 +35,67 @@ fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Blobs fetched in one `git cat-file --batch` run; `None` for paths that do not exist there.
-fn fetch(repo: &Path, specs: &[String]) -> Result<HashMap<String, Option<Vec<u8>>>, String> {
-    let mut child = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(["cat-file", "--batch"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    let mut stdin = child.stdin.take().ok_or("no stdin")?;
-    let input: String = specs.iter().map(|s| format!("{s}\n")).collect();
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    let _ = writer.join();
-    let mut map = HashMap::new();
-    let mut rest = out.stdout.as_slice();
-    for spec in specs {
-        let nl = rest.iter().position(|b| *b == b'\n').ok_or("truncated git output")?;
-        let header = String::from_utf8_lossy(&rest[..nl]).to_string();
-        rest = &rest[nl + 1..];
-        if header.ends_with(" missing") || header.ends_with(" ambiguous") {
-            map.insert(spec.clone(), None);
-            continue;
-        }
-        let size: usize = header.rsplit(' ').next().and_then(|s| s.parse().ok()).ok_or("bad git header")?;
-        map.insert(spec.clone(), Some(rest[..size].to_vec()));
-        rest = &rest[(size + 1).min(rest.len())..];
-    }
-    Ok(map)
+/// One long-lived `git cat-file --batch` process answering blob requests one at a time
+/// (git flushes after each object), so the index is read once for the whole hook run.
+struct Blobs {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
 }
 
+impl Blobs {
+    fn start(repo: &Path) -> Result<Blobs, String> {
+        let mut child = Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(["cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run git: {e}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        Ok(Blobs { child, stdin, stdout })
+    }
+
+    /// `spec` is `:path` (the index) or `REV:path`; `None` when it does not exist there.
+    fn get(&mut self, spec: &str) -> std::io::Result<Option<Vec<u8>>> {
+        use std::io::{BufRead, Read};
+        writeln!(self.stdin, "{spec}")?;
+        self.stdin.flush()?;
+        let mut header = String::new();
+        self.stdout.read_line(&mut header)?;
+        let header = header.trim_end();
+        if header.ends_with(" missing") || header.ends_with(" ambiguous") {
+            return Ok(None);
+        }
+        let size: usize = header
+            .rsplit(' ')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("unexpected git output `{header}`")))?;
+        let mut body = vec![0; size + 1];
+        self.stdout.read_exact(&mut body)?;
+        body.pop();
+        Ok(Some(body))
+    }
+}
+
+impl Drop for Blobs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The work tree root containing `tree`: the nearest ancestor with a `.git`.
 fn repo_root(tree: &Path) -> Result<PathBuf, String> {
-    let out = git(tree, &["rev-parse", "--show-toplevel"])?;
-    Ok(PathBuf::from(String::from_utf8_lossy(&out).trim()))
+    let start = tree.canonicalize().map_err(|e| format!("{}: {e}", tree.display()))?;
+    start
+        .ancestors()
+        .find(|d| d.join(".git").exists())
+        .map(Path::to_path_buf)
+        .ok_or_else(|| format!("`{}` is not inside a git checkout", tree.display()))
 }
 
 fn dir_of(path: &str) -> &str {
@@ -80,12 +106,19 @@ fn is_kbuild(path: &str) -> bool {
     matches!(path.rsplit('/').next(), Some("Makefile" | "Kbuild"))
 }
 
-/// Load a policy from a git source (`:` for the index, `HEAD:` for the last commit).
-fn policy_from(repo: &Path, prefix: &str, policy_rel: &Path) -> Option<(Policy, Diagnostics)> {
+/// Load a policy from git (`:` for the index, `HEAD:` for the last commit).
+fn policy_from(
+    blobs: &std::cell::RefCell<Blobs>,
+    repo: &Path,
+    prefix: &str,
+    policy_rel: &Path,
+) -> Option<(Policy, Diagnostics)> {
     let abs = repo.join(policy_rel);
     let reader = |p: &Path| -> std::io::Result<Vec<u8>> {
         let rel = p.strip_prefix(repo).unwrap_or(p);
-        git(repo, &["cat-file", "blob", &format!("{prefix}{}", rel.display())]).map_err(std::io::Error::other)
+        blobs.borrow_mut().get(&format!("{prefix}{}", rel.display()))?.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, format!("{prefix}{} not in git", rel.display()))
+        })
     };
     reader(&abs).ok()?;
     Some(policy::load_with(&abs, &reader))
@@ -102,14 +135,29 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
         .map(|p| p.join(policy_abs.file_name().unwrap_or_default()))
         .and_then(|p| p.strip_prefix(&repo).ok().map(Path::to_path_buf))
         .ok_or_else(|| format!("policy `{}` is not inside the repository", policy_path.display()))?;
-    let staged_raw = git(&repo, &["diff", "--cached", "--name-only", "-z", "--no-renames"])?;
-    let staged: Vec<String> = staged_raw
+    // The staged file list and the blob reader start together; each reads the index once.
+    let staged_run = Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["diff", "--cached", "--name-only", "-z", "--no-renames"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    let blobs = std::cell::RefCell::new(Blobs::start(&repo)?);
+    let mut outcome = Outcome::default();
+    let loaded = policy_from(&blobs, &repo, ":", &policy_rel);
+    let staged_out = staged_run.wait_with_output().map_err(|e| e.to_string())?;
+    if !staged_out.status.success() {
+        return Err(format!("git diff --cached: {}", String::from_utf8_lossy(&staged_out.stderr).trim()));
+    }
+    let staged: Vec<String> = staged_out
+        .stdout
         .split(|b| *b == 0)
         .filter(|s| !s.is_empty())
         .map(|s| String::from_utf8_lossy(s).into_owned())
         .collect();
-    let mut outcome = Outcome::default();
-    let Some((policy, policy_diags)) = policy_from(&repo, ":", &policy_rel) else {
+    let Some((policy, policy_diags)) = loaded else {
         return Ok(outcome); // no policy staged or committed: nothing to keep in sync
     };
     if policy_diags.has_errors() {
@@ -121,39 +169,46 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     let policy_changed = staged.iter().any(|s| policy_files.contains(s));
     let mut dirs: BTreeSet<String> = staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
     if policy_changed {
-        dirs.extend(policy.directories().into_iter().map(str::to_string));
-        if let Some((old, _)) = policy_from(&repo, "HEAD:", &policy_rel) {
-            dirs.extend(old.directories().into_iter().map(str::to_string));
+        // Only directories whose block the change alters can have drifted because of it.
+        let new_blocks = blocks(&policy, rules);
+        let old_blocks =
+            policy_from(&blobs, &repo, "HEAD:", &policy_rel).map(|(old, _)| blocks(&old, rules)).unwrap_or_default();
+        for dir in new_blocks.keys().chain(old_blocks.keys()) {
+            if new_blocks.get(dir) != old_blocks.get(dir) {
+                dirs.insert(dir.clone());
+            }
         }
     }
     if dirs.is_empty() {
         return Ok(outcome);
     }
     let join = |d: &str, n: &str| if d.is_empty() { n.to_string() } else { format!("{d}/{n}") };
-    let mut specs = Vec::new();
-    for d in &dirs {
-        for name in ["Kbuild", "Makefile"] {
-            specs.push(format!(":{}", join(d, name)));
-            specs.push(format!("HEAD:{}", join(d, name)));
-        }
-    }
-    let blobs = fetch(&repo, &specs)?;
+    let mut blobs = blobs.into_inner();
+    let mut fetch = |spec: String| blobs.get(&spec).map_err(|e| e.to_string());
     let by_dir = units_by_dir(&policy);
     for d in &dirs {
-        let pick = |prefix: &str| {
-            ["Kbuild", "Makefile"].iter().find_map(|n| {
-                let rel = join(d, n);
-                blobs.get(&format!("{prefix}{rel}")).cloned().flatten().map(|b| (rel, b))
-            })
+        let mut pick = |prefix: &str| -> Result<Option<(String, Vec<u8>)>, String> {
+            for name in ["Kbuild", "Makefile"] {
+                let rel = join(d, name);
+                if let Some(bytes) = fetch(format!("{prefix}{rel}"))? {
+                    return Ok(Some((rel, bytes)));
+                }
+            }
+            Ok(None)
         };
-        let Some((rel, staged_bytes)) = pick(":") else { continue };
+        let Some((rel, staged_bytes)) = pick(":")? else { continue };
+        let head = pick("HEAD:")?.filter(|(r, _)| *r == rel).map(|(_, b)| String::from_utf8_lossy(&b).into_owned());
         outcome.files_read += 1;
-        let head = pick("HEAD:").filter(|(r, _)| *r == rel).map(|(_, b)| String::from_utf8_lossy(&b).into_owned());
         let text = String::from_utf8_lossy(&staged_bytes).into_owned();
         let units = by_dir.get(d.as_str()).cloned().unwrap_or_default();
         check_file(&repo, &rel, &text, head.as_deref(), &units, rules, &mut outcome);
     }
     Ok(outcome)
+}
+
+/// The block each directory of `policy` gets.
+fn blocks(policy: &Policy, rules: &Rules) -> BTreeMap<String, String> {
+    units_by_dir(policy).into_iter().map(|(dir, units)| (dir.to_string(), emit::render_block(&units, rules))).collect()
 }
 
 fn units_by_dir(policy: &Policy) -> BTreeMap<&str, Vec<&Unit>> {

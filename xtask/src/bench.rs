@@ -11,10 +11,12 @@ use sanpolicy::mechanism::{Form, MECHANISMS};
 pub struct Options {
     pub tree: Option<PathBuf>,
     pub runs: usize,
+    /// Skip the pre-commit hook measurement (its first run builds a git repository of 6.1).
+    pub no_hook: bool,
 }
 
 pub fn parse(args: &[String]) -> Result<Options, String> {
-    let mut options = Options { tree: None, runs: 11 };
+    let mut options = Options { tree: None, runs: 11, no_hook: false };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -40,15 +42,16 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     status.success().then_some(()).ok_or_else(|| format!("{cmd:?} failed with {status}"))
 }
 
-/// Extract Debian's 6.12 source package once under `target/bench/`.
-fn default_tree(work: &Path) -> Result<PathBuf, String> {
-    let tree = work.join("linux-source-6.12");
+/// Extract Debian's source package of `version` once under `target/bench/`.
+fn extracted(work: &Path, version: &str) -> Result<PathBuf, String> {
+    let tree = work.join(format!("linux-source-{version}"));
     if tree.join("scripts/Makefile.lib").is_file() {
         return Ok(tree);
     }
-    let tarball = Path::new("/usr/src/linux-source-6.12.tar.xz");
+    let tarball = PathBuf::from(format!("/usr/src/linux-source-{version}.tar.xz"));
+    let tarball = tarball.as_path();
     if !tarball.is_file() {
-        return Err("no tree: pass --tree DIR, or `apt-get install linux-source-6.12`".into());
+        return Err(format!("no tree: pass --tree DIR, or `apt-get install linux-source-{version}`"));
     }
     std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
     eprintln!("extracting {} into {} (once)", tarball.display(), work.display());
@@ -110,7 +113,7 @@ pub fn bench(repo: &Path, options: Options) -> Result<(), String> {
     let work = repo.join("target/bench");
     let tree = match options.tree {
         Some(t) => t,
-        None => default_tree(&work)?,
+        None => extracted(&work, "6.12")?,
     };
     let adopted = adopted_copy(&bin, &tree, &work)?;
     let (mut rg, mut import, mut check) = (Vec::new(), Vec::new(), Vec::new());
@@ -135,5 +138,108 @@ pub fn bench(repo: &Path, options: Options) -> Result<(), String> {
         ms(check),
         ms(check) / ms(rg)
     );
+    if !options.no_hook {
+        hook(&bin, &work, options.runs)?;
+    }
+    Ok(())
+}
+
+fn git(repo: &Path, args: &[&str]) -> Result<(), String> {
+    run(Command::new("git").arg("-C").arg(repo).args(args).stdout(Stdio::null()))
+}
+
+/// An adopted 6.1 tree committed to git (built once: about a minute).
+fn hook_repo(bin: &Path, work: &Path) -> Result<PathBuf, String> {
+    let repo = work.join("hook-6.1");
+    if repo.join(".git/bench-ready").is_file() {
+        return Ok(repo);
+    }
+    let tree = extracted(work, "6.1")?;
+    let _ = std::fs::remove_dir_all(&repo);
+    eprintln!("building a git repository of the adopted 6.1 tree in {} (once)", repo.display());
+    run(Command::new("cp").arg("-al").arg(&tree).arg(&repo))?;
+    run(Command::new(bin).args(["import", "--adopt", "--force"]).current_dir(&repo).stderr(Stdio::null()))?;
+    git(&repo, &["init", "-q", "-b", "main"])?;
+    // Debian's tree ignores everything at the top (`/*`), hence -f.
+    git(&repo, &["-c", "core.compression=1", "-c", "core.looseCompression=1", "add", "-f", "-A", "."])?;
+    git(&repo, &["-c", "user.email=bench@sanpolicy", "-c", "user.name=bench", "commit", "-q", "-m", "adopted"])?;
+    std::fs::write(repo.join(".git/bench-ready"), "").map_err(|e| e.to_string())?;
+    Ok(repo)
+}
+
+/// Stage `edits` (and regenerate), time the hook against `git diff --cached` (its floor), then
+/// restore every touched file by rename so the hard links to the extracted tree stay intact.
+fn time_staged(
+    bin: &Path,
+    repo: &Path,
+    runs: usize,
+    label: &str,
+    edits: &[(&str, String)],
+    regenerate: bool,
+) -> Result<(), String> {
+    for (rel, text) in edits {
+        sanpolicy::output::write_atomic(&repo.join(rel), text).map_err(|e| e.to_string())?;
+    }
+    if regenerate {
+        let out = Command::new(bin).args(["gen-makefiles"]).current_dir(repo).output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("gen-makefiles: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    let touched = git_changed(repo)?;
+    git(repo, &["add", "-f", "-u"])?;
+    let (mut hook, mut floor) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        hook.push(time(Command::new(bin).arg("pre-commit").current_dir(repo))?);
+        floor.push(time(Command::new("git").arg("-C").arg(repo).args(["diff", "--cached", "--name-only"]))?);
+    }
+    let status =
+        Command::new(bin).arg("pre-commit").current_dir(repo).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    git(repo, &["reset", "-q"])?;
+    for path in touched {
+        let rel = path.strip_prefix(repo).unwrap_or(&path).display().to_string();
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(["show", &format!("HEAD:{rel}")])
+            .output()
+            .map_err(|e| e.to_string())?;
+        sanpolicy::output::write_atomic(&path, &String::from_utf8_lossy(&out.stdout)).map_err(|e| e.to_string())?;
+    }
+    let (hook, floor) = (median(hook), median(floor));
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "pre-commit hook, {label:<27} {:>8.1} ms   (git diff --cached alone {:.1} ms; hook exit {})",
+        ms(hook),
+        ms(floor),
+        status.ok().and_then(|s| s.code()).unwrap_or(-1)
+    );
+    Ok(())
+}
+
+fn git_changed(repo: &Path) -> Result<Vec<PathBuf>, String> {
+    let out =
+        Command::new("git").arg("-C").arg(repo).args(["diff", "--name-only"]).output().map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&out.stdout).lines().map(|l| repo.join(l)).collect())
+}
+
+fn hook(bin: &Path, work: &Path, runs: usize) -> Result<(), String> {
+    let repo = hook_repo(bin, work)?;
+    println!("tree: {} (git repository of the adopted 6.1 tree)", repo.display());
+    let lib = std::fs::read_to_string(repo.join("lib/Makefile")).map_err(|e| e.to_string())?;
+    time_staged(
+        bin,
+        &repo,
+        runs,
+        "Makefile edit (typical):",
+        &[("lib/Makefile", format!("{lib}obj-y += sanpolicy_bench.o\n"))],
+        false,
+    )?;
+    let policy = std::fs::read_to_string(repo.join("sanitizer-policy.toml")).map_err(|e| e.to_string())?;
+    let edited = policy.replacen("skip = [\"kcsan\", \"kmsan\"]", "skip = [\"kasan\", \"kcsan\", \"kmsan\"]", 1);
+    if edited == policy {
+        return Err("the bench's policy edit did not apply".into());
+    }
+    time_staged(bin, &repo, runs, "policy edit + regenerated:", &[("sanitizer-policy.toml", edited)], true)?;
     Ok(())
 }

@@ -1,0 +1,260 @@
+//! The review workflow: the pre-commit hook in a real git repository, `install-hook`, and
+//! snapshots of `explain`, `report` and `diff` (including `diff --base` over git history).
+
+mod fixture_tree;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use fixture_tree::{Run, Tree, V6_12};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git").arg("-C").arg(dir).args(args).output().expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A fixture tree, generated, committed as the first commit of a fresh repository.
+fn repo(fixture: &str) -> Tree {
+    let tree = Tree::new(fixture, V6_12);
+    assert_eq!(tree.run(&["gen-makefiles"]).code, 0);
+    git(tree.path(), &["init", "-q", "-b", "main"]);
+    git(tree.path(), &["config", "user.email", "dev@example.org"]);
+    git(tree.path(), &["config", "user.name", "Dev"]);
+    git(tree.path(), &["add", "-A"]);
+    git(tree.path(), &["commit", "-q", "-m", "adopt sanpolicy"]);
+    tree
+}
+
+fn append(tree: &Tree, rel: &str, text: &str) {
+    let mut now = tree.read(rel);
+    now.push_str(text);
+    tree.write(rel, now.as_bytes());
+}
+
+fn pre_commit(tree: &Tree) -> Run {
+    tree.run(&["pre-commit"])
+}
+
+#[test]
+fn clean_commit_and_unrelated_changes_pass() {
+    let tree = repo("dir-off-file-on");
+    assert_eq!(pre_commit(&tree).code, 0, "nothing staged");
+    append(&tree, "lib/Makefile", "obj-y += list_sort.o\n");
+    git(tree.path(), &["add", "lib/Makefile"]);
+    let run = pre_commit(&tree);
+    assert_eq!((run.code, run.stdout.as_str()), (0, ""), "{}", run.both());
+}
+
+#[test]
+fn hand_added_directive_is_refused() {
+    let tree = repo("dir-off-file-on");
+    append(&tree, "lib/Makefile", "KASAN_SANITIZE_sort.o := n\n");
+    git(tree.path(), &["add", "lib/Makefile"]);
+    let run = pre_commit(&tree);
+    assert_eq!(run.code, 1, "{}", run.both());
+    assert!(run.stderr.contains("`KASAN_SANITIZE_sort.o := n` added by hand"), "{}", run.stderr);
+    assert!(run.stderr.contains("lib/Makefile:"), "points at the line: {}", run.stderr);
+    assert!(run.stderr.contains("gen-makefiles"), "names the fix: {}", run.stderr);
+}
+
+#[test]
+fn only_the_staged_version_counts() {
+    let tree = repo("dir-off-file-on");
+    // A hand edit in the work tree that is not staged is not what the commit contains.
+    append(&tree, "lib/Makefile", "KASAN_SANITIZE_sort.o := n\n");
+    assert_eq!(pre_commit(&tree).code, 0);
+}
+
+#[test]
+fn hand_edited_block_is_refused() {
+    let tree = repo("dir-off-file-on");
+    let text = tree.read("mm/kmsan/Makefile").replace("KCOV_INSTRUMENT := n", "KCOV_INSTRUMENT := y");
+    tree.write("mm/kmsan/Makefile", text.as_bytes());
+    git(tree.path(), &["add", "-u"]);
+    let run = pre_commit(&tree);
+    assert_eq!(run.code, 1, "{}", run.both());
+    assert!(run.stderr.contains("error[hand-edited-block]"), "{}", run.stderr);
+}
+
+#[test]
+fn policy_change_needs_regenerated_blocks() {
+    let tree = repo("dir-off-file-on");
+    append(
+        &tree,
+        "sanitizer-policy.toml",
+        "\n[[unit]]\npath = \"lib/sort.o\"\nskip = [\"kasan\"]\nwhy = \"Sorting runs inside KASAN reports.\"\n",
+    );
+    git(tree.path(), &["add", "sanitizer-policy.toml"]);
+    let stale = pre_commit(&tree);
+    assert_eq!(stale.code, 1, "{}", stale.both());
+    assert!(stale.stdout.contains("+++ b/lib/Makefile"), "the diff of what must change: {}", stale.stdout);
+    assert!(stale.stdout.contains("+KASAN_SANITIZE_sort.o := n"), "{}", stale.stdout);
+    assert!(stale.stderr.contains("gen-makefiles && git add -u"), "{}", stale.stderr);
+
+    assert_eq!(tree.run(&["gen-makefiles"]).code, 0);
+    git(tree.path(), &["add", "-A"]);
+    let fixed = pre_commit(&tree);
+    assert_eq!(fixed.code, 0, "{}", fixed.both());
+}
+
+#[test]
+fn removed_unit_leaves_no_orphan_block() {
+    let tree = repo("dir-off-file-on");
+    let policy = tree.read("sanitizer-policy.toml");
+    let start = policy.find("[[unit]]\npath = \"lib/\"").unwrap();
+    let end = policy.find("[[unit]]\npath = \"lib/test_fprobe.o\"").unwrap();
+    let trimmed = format!("{}{}", &policy[..start], &policy[end..]).replace(
+        "[[require]]\npath = \"lib/\"\nexempt = [\"ftrace\"]\nexcept = [\"test_fprobe.o\"]\nwhy = \"Fixture: a directory requirement on flag removal with an exception.\"\n",
+        "",
+    );
+    tree.write("sanitizer-policy.toml", trimmed.as_bytes());
+    git(tree.path(), &["add", "sanitizer-policy.toml"]);
+    let run = pre_commit(&tree);
+    assert_eq!(run.code, 1, "the lib/ block still removes ftrace flags: {}", run.both());
+    assert!(run.stdout.contains("-ccflags-remove-$(CONFIG_FUNCTION_TRACER) += $(CC_FLAGS_FTRACE)"), "{}", run.stdout);
+}
+
+#[test]
+fn install_hook_runs_on_git_commit() {
+    let tree = repo("dir-off-file-on");
+    let installed = tree.run(&["install-hook"]);
+    assert_eq!(installed.code, 0, "{}", installed.both());
+    let hook = tree.join(".git/hooks/pre-commit");
+    assert_eq!(fs::metadata(&hook).unwrap().permissions().mode() & 0o111, 0o111, "executable");
+    assert_eq!(tree.run(&["install-hook"]).code, 0, "reinstalling our own hook is fine");
+
+    let bin = Path::new(env!("CARGO_BIN_EXE_sanpolicy")).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let commit = |msg: &str| {
+        Command::new("git")
+            .arg("-C")
+            .arg(tree.path())
+            .args(["commit", "-q", "-m", msg])
+            .env("PATH", &path)
+            .output()
+            .unwrap()
+    };
+    append(&tree, "lib/Makefile", "KCOV_INSTRUMENT_sort.o := n\n");
+    git(tree.path(), &["add", "lib/Makefile"]);
+    let refused = commit("hand edit");
+    assert!(!refused.status.success(), "the hook stops the commit");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("added by hand"));
+
+    git(tree.path(), &["checkout", "HEAD", "--", "lib/Makefile"]);
+    append(&tree, "lib/Makefile", "obj-y += bsearch.o\n");
+    git(tree.path(), &["add", "lib/Makefile"]);
+    let accepted = commit("plain change");
+    assert!(accepted.status.success(), "{}", String::from_utf8_lossy(&accepted.stderr));
+}
+
+#[test]
+fn install_hook_keeps_a_foreign_hook() {
+    let tree = repo("dir-off-file-on");
+    let hook = tree.join(".git/hooks/pre-commit");
+    fs::write(&hook, "#!/bin/sh\necho mine\n").unwrap();
+    let refused = tree.run(&["install-hook"]);
+    assert_eq!(refused.code, 2, "{}", refused.both());
+    assert!(refused.stderr.contains("--force"), "{}", refused.stderr);
+    assert_eq!(fs::read_to_string(&hook).unwrap(), "#!/bin/sh\necho mine\n");
+    assert_eq!(tree.run(&["install-hook", "--force"]).code, 0);
+    assert!(fs::read_to_string(&hook).unwrap().contains("sanpolicy pre-commit"));
+}
+
+#[test]
+fn explain_names_the_deciding_line() {
+    let tree = repo("dir-off-file-on");
+    let run = tree.run(&["explain", "mm/kmsan/kmsan_test.o", "mm/kmsan/core.o", "lib/test_fprobe.o"]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    insta::with_settings!({ filters => vec![(fixture_tree::literal(tree.path()).as_str(), "[TREE]")] }, {
+        insta::assert_snapshot!("explain", run.stdout);
+    });
+    let json = tree.run(&["explain", "mm/kmsan/kmsan_test.o", "--format", "json"]);
+    let value: serde_json::Value = serde_json::from_str(&json.stdout).expect("valid JSON");
+    let kmsan = value[0]["mechanisms"].as_array().unwrap().iter().find(|m| m["mechanism"] == "kmsan").unwrap();
+    assert_eq!(kmsan["state"], "on", "the per-file force beats the directory skip");
+    assert!(kmsan["decided_by"].as_str().unwrap().contains("sanitizer-policy.toml:"), "{kmsan}");
+}
+
+#[test]
+fn explain_shows_conditional_states() {
+    let tree = Tree::new("conditions", V6_12);
+    let run = tree.run(&["explain", "lib/string.o"]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    assert!(run.stdout.contains("off only when `ifdef CONFIG_AMD_MEM_ENCRYPT`"), "{}", run.stdout);
+}
+
+#[test]
+fn report_summarises_the_policy() {
+    let tree = Tree::new("dir-off-file-on", V6_12);
+    let run = tree.run(&["report"]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    insta::assert_snapshot!("report", run.stdout);
+    let json = tree.run(&["report", "--format", "json"]);
+    let value: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(value["units"], 4);
+    assert!(value["requirements"].as_array().unwrap().iter().all(|r| r["holds"] == true));
+}
+
+#[test]
+fn report_marks_a_broken_requirement() {
+    let tree = Tree::new("broken-requirement", V6_12);
+    let run = tree.run(&["report", "--format", "json"]);
+    let value: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let broken: Vec<_> = value["requirements"].as_array().unwrap().iter().filter(|r| r["holds"] == false).collect();
+    assert!(!broken.is_empty(), "{}", run.stdout);
+}
+
+#[test]
+fn diff_of_two_files_puts_new_exemptions_first() {
+    let tree = Tree::new("dir-off-file-on", V6_12);
+    let new = tree.read("sanitizer-policy.toml").replace("force = [\"kmsan\", \"objtool\"]", "force = [\"objtool\"]")
+        + "\n[[unit]]\npath = \"lib/sort.o\"\nskip = [\"kasan\"]\nwhy = \"Sorting runs inside KASAN reports.\"\n";
+    tree.write("new.toml", new.as_bytes());
+    let run = tree.run(&["diff", "sanitizer-policy.toml", "new.toml"]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    insta::assert_snapshot!("diff_files", run.stdout);
+    let text = tree.run(&["diff", "new.toml", "sanitizer-policy.toml", "--format", "text"]);
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", text.stdout);
+    assert!(lines[0].starts_with("lib/sort.o: KASAN off → on"), "{}", text.stdout);
+    assert!(lines[1].starts_with("mm/kmsan/kmsan_test.o: KMSAN off → on"), "{}", text.stdout);
+}
+
+#[test]
+fn diff_against_a_git_revision() {
+    let tree = repo("dir-off-file-on");
+    append(&tree, "sanitizer-policy.toml", "\n[[unit]]\npath = \"lib/sort.o\"\nskip = [\"kasan\", \"kcov\"]\nwhy = \"Sorting runs inside KASAN reports.\"\n");
+    git(tree.path(), &["commit", "-q", "-am", "exempt sort"]);
+    let run = tree.run(&["diff", "--base", "HEAD~1", "--format", "json"]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    let value: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let changes: Vec<String> = value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{} {} {} {}", c["path"], c["mechanism"], c["before"], c["after"]))
+        .collect();
+    assert_eq!(changes, ["\"lib/sort.o\" \"kasan\" \"on\" \"off\"", "\"lib/sort.o\" \"kcov\" \"on\" \"off\""]);
+    let none = tree.run(&["diff", "--base", "HEAD"]);
+    assert!(none.stdout.contains("No change in effective instrumentation."), "{}", none.stdout);
+}
+
+#[test]
+fn effective_snapshot_follows_the_policy() {
+    let tree = repo("dir-off-file-on");
+    let snapshot = tree.read("sanitizer-policy.effective.txt");
+    assert!(snapshot.contains("mm/kmsan/kmsan_test.o"), "{snapshot}");
+    let kmsan_test: Vec<&str> = snapshot.lines().filter(|l| l.starts_with("mm/kmsan/kmsan_test.o")).collect();
+    insta::assert_snapshot!("effective_kmsan_test", kmsan_test.join("\n"));
+    append(
+        &tree,
+        "sanitizer-policy.toml",
+        "\n[[unit]]\npath = \"lib/sort.o\"\nskip = [\"kasan\"]\nwhy = \"Sorting runs inside KASAN reports.\"\n",
+    );
+    let check = tree.run(&["gen-makefiles", "--check"]);
+    assert_eq!(check.code, 1);
+    assert!(check.stdout.contains("+lib/sort.o"), "the snapshot diff shows the effect: {}", check.stdout);
+}
