@@ -1,0 +1,1152 @@
+//! The proof that adopting a real kernel tree changes nothing Kbuild computes.
+//!
+//! For each Debian kernel source package (`/usr/src/linux-source-6.1.tar.xz`,
+//! `/usr/src/linux-source-6.12.tar.xz`; `.ci/run` installs them on a fresh machine) the tarball is
+//! extracted once, by the one test of that version, into a temporary directory, and:
+//!
+//! 1. a hard-linked copy of the tree (`cp -al`) is imported and adopted by the real binary
+//!    (`sanpolicy import --adopt`). sanpolicy writes through a temporary file and a rename, so an
+//!    inode shared with the extracted original is never written: every adopted file is hashed
+//!    in the original before adopting and again at the end, and every file of the copy except
+//!    the adopted ones and the policy must still share its inode with the original;
+//! 2. for every directory whose kbuild file holds a directive (or includes an adopted kbuild
+//!    file), GNU make includes that file (the original's, then the copy's) as
+//!    `scripts/Makefile.build` does and evaluates, for every object a directive names and a sample
+//!    of objects none names, the kernel's own decision expression of every mechanism
+//!    (`Rules::from_tree` reads them from the tree's `scripts/Makefile.lib` and `Makefile.build`,
+//!    with the tree's object naming rule), with `is-kernel-object` set and empty, under CONFIG
+//!    combinations built from the symbols that guard directives in that file (all set, all unset,
+//!    each flipped alone). Every answer must be the same before and after;
+//! 3. `gen-makefiles --check` finds the adopted copy in sync; after one generated line is edited
+//!    by hand it reports the hand edit (exit 1, as the issue asks: "drift reported, exit 1"),
+//!    `gen-makefiles` refuses to overwrite it (exit 2, file unchanged), `check` reports it (exit 1),
+//!    and make, re-run on that directory, sees exactly that line change (so the comparison of
+//!    step 2 can fail); `check`, with the repository's `policy/recursion-prone.toml` included,
+//!    reports the stale directives and the recursion-prone units the tree leaves instrumented.
+//!
+//! `SANPOLICY_KERNEL_TREE=/path/to/linux` *adds* the same proof on that extracted tree (test
+//! `kernel_tree_from_env`); the two tarball tests still run, so on a machine without the Debian
+//! packages run only that one: `cargo test --test round_trip kernel_tree_from_env`. The tree
+//! named there is only read; a copy of it is adopted (hard links when on the same file system,
+//! else a full copy). Checks that name objects of 6.1 and 6.12 apply only to the tarballs; any
+//! tree must have every stale directive `import` warns about reported by `check`.
+//!
+//! The counts line (`round-trip <version>: N directories, ...`) and the findings are written
+//! straight to stderr, past the test harness's capture, so that CI logs show them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use sanpolicy::generate::kbuild_file;
+use sanpolicy::kbuild::{DecisionKind, Rules};
+use sanpolicy::makefile::{self, BEGIN_MARKER, END_MARKER};
+use sanpolicy::mechanism::{Form, MechId, Polarity, MECHANISMS};
+use sanpolicy::policy::expand_variants;
+
+const ENV_TREE: &str = "SANPOLICY_KERNEL_TREE";
+
+/// Directories whose make evaluation may fail (before or after) without failing the test. None
+/// failed in 6.1 or 6.12 when this test was written; a failure is printed with make's message.
+const MAX_EVAL_FAILURES: usize = 0;
+
+/// At most this many CONFIG symbols of one directory are flipped one at a time (the rest are
+/// only tried all set and all unset).
+const MAX_FLIPPED: usize = 16;
+
+/// Unnamed `.c` files sampled per directory.
+const SAMPLED_SOURCES: usize = 3;
+
+/// What `CC_FLAGS_FTRACE` is for x86-64 with `CONFIG_FUNCTION_TRACER` (top-level `Makefile`).
+const CC_FLAGS_FTRACE: &str = "-pg -mrecord-mcount";
+
+/// Name of the generated policy in the adopted copy (the binary's default).
+const POLICY: &str = "sanitizer-policy.toml";
+
+/// What a known tree's `check` must report.
+struct Expect {
+    /// Objects whose directives name no source (`missing-source`).
+    stale: &'static [&'static str],
+    /// (unit, mechanism) pairs `policy/recursion-prone.toml` requires exempt that stay instrumented.
+    recursion_prone: &'static [(&'static str, &'static str)],
+}
+
+#[test]
+fn linux_6_1_round_trip() {
+    tarball_round_trip(
+        "6.1",
+        &Expect {
+            stale: &["mm/debug-pagealloc.o", "arch/x86/kernel/cpu/perf_event.o"],
+            // 6.1 `kernel/locking/Makefile` exempts lockdep from KCSAN and KMSAN, not KASAN.
+            recursion_prone: &[("kernel/locking/lockdep.o", "kasan")],
+        },
+    );
+}
+
+#[test]
+fn linux_6_12_round_trip() {
+    tarball_round_trip(
+        "6.12",
+        &Expect {
+            stale: &["mm/debug-pagealloc.o", "arch/x86/kernel/cpu/perf_event.o"],
+            recursion_prone: &[("kernel/locking/lockdep.o", "kasan")],
+        },
+    );
+}
+
+/// The same proof on the extracted tree named by `SANPOLICY_KERNEL_TREE`, in addition to the
+/// tarballs; without the variable there is nothing to do.
+#[test]
+fn kernel_tree_from_env() {
+    let Some(tree) = std::env::var_os(ENV_TREE).map(PathBuf::from) else {
+        say(&format!("{ENV_TREE} is not set: no extra kernel tree to round-trip"));
+        return;
+    };
+    assert!(
+        tree.join("scripts/Makefile.lib").is_file(),
+        "{ENV_TREE}={} is not an extracted kernel tree (no scripts/Makefile.lib)",
+        tree.display()
+    );
+    let scratch = scratch_dir("env");
+    let label = format!("{} ({})", kernel_version(&tree), tree.display());
+    let problems = round_trip(&label, &tree, scratch.path(), None);
+    finish(&label, scratch, &problems);
+}
+
+/// The harness itself, on a two-directory tree: make's answers are read back per object and
+/// mechanism, and a kbuild file that stops make is reported, not compared.
+#[test]
+fn make_driver_reads_answers_and_reports_failures() {
+    let scratch = scratch_dir("driver");
+    let tree = scratch.path();
+    for (dir, text) in [("ok", "KASAN_SANITIZE_a.o := n\nOBJECT_FILES_NON_STANDARD := y\n"), ("bad", "$(error boom)\n")]
+    {
+        fs::create_dir(tree.join(dir)).unwrap();
+        fs::write(tree.join(dir).join("Makefile"), text).unwrap();
+    }
+    let mechs = mechanism_expressions(&Rules::builtin());
+    let index = |name: &str| mechs.iter().position(|m| m.id.get().name == name).unwrap();
+    let plan = |dir: &str| DirPlan {
+        dir: dir.to_string(),
+        objects: vec![("a.o".into(), true), ("sub/b.o".into(), false)],
+        combos: vec![Combo { label: "all unset".into(), presets: Vec::new() }],
+        symbols: Vec::new(),
+    };
+    let ok = plan("ok");
+    let answers = run_make(tree, &driver(tree, &ok, &ok.combos[0], &mechs), 2, mechs.len()).unwrap();
+    let digit = |kobj: char, o: usize, mech: &str| answers[&(kobj, o)].as_bytes()[index(mech)] as char;
+    assert_eq!((digit('y', 0, "kasan"), digit('y', 1, "kasan"), digit('n', 1, "kasan")), ('0', '1', '0'));
+    assert_eq!((digit('y', 0, "objtool"), digit('y', 1, "ubsan"), digit('y', 1, "ftrace")), ('0', '1', '1'));
+    let bad = plan("bad");
+    let err = run_make(tree, &driver(tree, &bad, &bad.combos[0], &mechs), 2, mechs.len()).unwrap_err();
+    assert!(err.contains("boom"), "{err}");
+}
+
+fn tarball_round_trip(version: &str, expect: &Expect) {
+    let tarball = PathBuf::from(format!("/usr/src/linux-source-{version}.tar.xz"));
+    assert!(
+        tarball.is_file(),
+        "{} is missing: install the kernel sources with `apt-get install linux-source-6.1 linux-source-6.12` \
+         (.ci/run does this on a fresh machine)",
+        tarball.display()
+    );
+    let scratch = scratch_dir(version);
+    let start = Instant::now();
+    let src = scratch.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let status = Command::new("tar").arg("-xf").arg(&tarball).arg("-C").arg(&src).status().expect("running tar");
+    assert!(status.success(), "tar -xf {} failed: {status}", tarball.display());
+    let mut tops: Vec<PathBuf> =
+        fs::read_dir(&src).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    assert_eq!(tops.len(), 1, "{} should hold one top directory: {tops:?}", tarball.display());
+    let tree = tops.remove(0);
+    say(&format!("round-trip {version}: extracted {} in {:.1?}", tarball.display(), start.elapsed()));
+    let problems = round_trip(version, &tree, scratch.path(), Some(expect));
+    finish(version, scratch, &problems);
+}
+
+fn scratch_dir(label: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("sanpolicy-round-trip-{label}-"))
+        .tempdir()
+        .expect("creating a temporary directory")
+}
+
+/// Write a line to stderr directly, so that it shows even when the harness captures output.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+fn kernel_version(tree: &Path) -> String {
+    let text = fs::read_to_string(tree.join("Makefile")).unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(name).and_then(|r| r.trim_start().strip_prefix('=')).map(|v| v.trim().to_string())
+            })
+            .unwrap_or_default()
+    };
+    format!("{}.{}.{}", field("VERSION"), field("PATCHLEVEL"), field("SUBLEVEL"))
+}
+
+/// FNV-1a: enough to notice any change to a file.
+fn hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Remove the scratch directory (timed: it holds a whole tree or two), then fail on any problem.
+fn finish(label: &str, scratch: tempfile::TempDir, problems: &[String]) {
+    let start = Instant::now();
+    let path = scratch.path().to_path_buf();
+    if let Err(e) = scratch.close() {
+        say(&format!("round-trip {label}: could not remove {}: {e}", path.display()));
+    }
+    say(&format!("round-trip {label}: removed the scratch directory in {:.1?}", start.elapsed()));
+    assert!(problems.is_empty(), "round-trip {label} failed:\n- {}", problems.join("\n- "));
+}
+
+/// Steps 1 to 3 on `original` (only read) and its adopted copy under `scratch`; the problems found.
+fn round_trip(label: &str, original: &Path, scratch: &Path, expect: Option<&Expect>) -> Vec<String> {
+    let total = Instant::now();
+    let mut problems: Vec<String> = Vec::new();
+
+    // ---- 1. import and adopt a copy -------------------------------------------------------
+    let (rules, rule_diags) = Rules::from_tree(original);
+    assert!(!rule_diags.has_errors(), "{label}: the tree's rules cannot be read: {:?}", rule_diags.0);
+    let scan = sanpolicy::import::scan(original);
+    let adopted: BTreeSet<PathBuf> =
+        scan.taken.iter().map(|t| t.path.strip_prefix(original).unwrap().to_path_buf()).collect();
+    assert!(!adopted.is_empty(), "{label}: nothing to adopt");
+    let hashes: Vec<(PathBuf, u64)> =
+        adopted.iter().map(|p| (p.clone(), hash(&fs::read(original.join(p)).unwrap()))).collect();
+
+    let start = Instant::now();
+    let copy = scratch.join("adopted");
+    let hard_linked = copy_tree(original, &copy);
+    say(&format!(
+        "round-trip {label}: copied the tree ({}) in {:.1?}",
+        if hard_linked { "cp -al" } else { "cp -a" },
+        start.elapsed()
+    ));
+
+    let start = Instant::now();
+    let import = sanpolicy(&copy, &["import", "--adopt", "--force"]);
+    let import_err = String::from_utf8_lossy(&import.stderr).into_owned();
+    assert_eq!(import.status.code(), Some(0), "{label}: `sanpolicy import --adopt` failed:\n{import_err}");
+    say(&format!(
+        "round-trip {label}: import --adopt in {:.1?}: {}",
+        start.elapsed(),
+        import_err.lines().last().unwrap_or("")
+    ));
+    let import_stale: BTreeSet<String> = one_lines(&import_err)
+        .iter()
+        .filter(|l| l.contains("warning[missing-source]"))
+        .filter_map(|l| backticked(l.rsplit_once("no source for ")?.1))
+        .collect();
+
+    for p in &adopted {
+        if fs::read(original.join(p)).unwrap() == fs::read(copy.join(p)).unwrap() {
+            problems.push(format!("adopting left {} unchanged", p.display()));
+        }
+    }
+    check_original(original, &hashes, &mut problems);
+    if hard_linked {
+        // Files the copy shares with the original must still be shared: only the adopted kbuild
+        // files (and a policy the tree already had) were replaced. New files (the policy) are fine.
+        let rewritten = files_rewritten(original, &copy);
+        let unexpected: Vec<_> =
+            rewritten.iter().filter(|p| !adopted.contains(*p) && **p != Path::new(POLICY)).collect();
+        let missing: Vec<_> = adopted.difference(&rewritten).collect();
+        if !unexpected.is_empty() || !missing.is_empty() {
+            problems.push(format!(
+                "files rewritten by adoption differ from the adopted ones: unexpected {unexpected:?}, not rewritten {missing:?}"
+            ));
+        }
+    }
+
+    // ---- 2. make evaluates every directory before and after --------------------------------
+    let start = Instant::now();
+    let dirs = evaluation_dirs(original, &adopted);
+    let dir_set: BTreeSet<&str> = dirs.iter().map(|(d, _)| d.as_str()).collect();
+    let includers: Vec<String> =
+        dirs.iter().filter(|(_, i)| !i.is_empty()).map(|(d, i)| format!("{d} (includes {i:?})")).collect();
+    if !includers.is_empty() {
+        say(&format!("round-trip {label}: also evaluated where adopted files are included: {}", includers.join(", ")));
+    }
+    for p in &adopted {
+        let dir = p.parent().unwrap().to_string_lossy().into_owned();
+        if !dir_set.contains(dir.as_str()) {
+            problems.push(format!("adopted {} but its directory has no directive", p.display()));
+        }
+    }
+    let eval = Evaluator {
+        original,
+        copy: &copy,
+        plans: dirs.iter().map(|(d, includes)| plan_dir(original, &copy, d, includes, &scan, &rules)).collect(),
+        mechs: mechanism_expressions(&rules),
+    };
+    let all: Vec<usize> = (0..eval.plans.len()).collect();
+    let cmp = eval.compare(&all);
+    let plans = &eval.plans;
+    let objects: usize = plans.iter().map(|p| p.objects.len()).sum();
+    let named: usize = plans.iter().map(|p| p.objects.iter().filter(|o| o.1).count()).sum();
+    let combos: usize = plans.iter().map(|p| p.combos.len()).sum();
+    say(&format!(
+        "round-trip {label}: make evaluated {} directories ({} adopted) in {} runs ({combos} configurations) in {:.1?}; \
+         {named} named objects, {} sampled, {} mechanisms; {} named (object, mechanism, config) states are exempt",
+        plans.len(),
+        adopted.len(),
+        cmp.runs,
+        start.elapsed(),
+        objects - named,
+        eval.mechs.len(),
+        cmp.exempt_named,
+    ));
+    if let Some(widest) = plans.iter().max_by_key(|p| p.symbols.len()) {
+        say(&format!(
+            "round-trip {label}: most CONFIG symbols in one directory: {} in {} ({} flipped one at a time): {}",
+            widest.symbols.len(),
+            widest.dir,
+            widest.symbols.len().min(MAX_FLIPPED),
+            widest.symbols.join(" ")
+        ));
+    }
+    for (dir, why) in &cmp.failed {
+        say(&format!("round-trip {label}: make evaluation failed in {dir}: {why}"));
+    }
+    for m in cmp.mismatches.iter().take(50) {
+        say(&format!("round-trip {label}: MISMATCH {m}"));
+    }
+    say(&format!(
+        "round-trip {label}: {} directories, {objects} objects, {} (object, mechanism, config) evaluations, mismatches: {}",
+        plans.len() - cmp.failed.len(),
+        cmp.evaluations,
+        cmp.mismatches.len()
+    ));
+    if !cmp.mismatches.is_empty() {
+        problems.push(format!("{} before/after mismatches, first: {}", cmp.mismatches.len(), cmp.mismatches[0]));
+    }
+    if cmp.failed.len() > MAX_EVAL_FAILURES {
+        problems.push(format!(
+            "make evaluation failed in {} directories (at most {MAX_EVAL_FAILURES} allowed): {:?}",
+            cmp.failed.len(),
+            cmp.failed
+        ));
+    }
+    if cmp.evaluations == 0 || cmp.exempt_named == 0 {
+        problems.push(format!(
+            "the evaluation is vacuous: {} evaluations, {} exempt states",
+            cmp.evaluations, cmp.exempt_named
+        ));
+    }
+    known_answer(label, &eval, &cmp, &mut problems);
+
+    // ---- 3. gen-makefiles --check, a hand edit, check ---------------------------------------
+    let start = Instant::now();
+    cli_steps(label, &copy, &adopted, &import_stale, expect, &eval, &mut problems);
+    say(&format!("round-trip {label}: gen-makefiles/check steps in {:.1?}", start.elapsed()));
+
+    check_original(original, &hashes, &mut problems);
+    say(&format!("round-trip {label}: done in {:.1?}", total.elapsed()));
+    problems
+}
+
+/// `cp -al` (hard links); a full `cp -a` when the copy is on another file system. Returns
+/// whether the copy is hard-linked.
+fn copy_tree(original: &Path, copy: &Path) -> bool {
+    let linked =
+        Command::new("cp").arg("-al").arg(original).arg(copy).stderr(Stdio::null()).status().expect("running cp");
+    if linked.success() {
+        return true;
+    }
+    let _ = fs::remove_dir_all(copy);
+    let status = Command::new("cp").arg("-a").arg(original).arg(copy).status().expect("running cp");
+    assert!(status.success(), "cp -a {} {} failed", original.display(), copy.display());
+    false
+}
+
+/// The adopted files of the original still hash as before adopting, and no longer share their
+/// inode with the copy.
+fn check_original(original: &Path, hashes: &[(PathBuf, u64)], problems: &mut Vec<String>) {
+    for (p, h) in hashes {
+        let path = original.join(p);
+        let bytes = fs::read(&path).unwrap();
+        if hash(&bytes) != *h {
+            problems.push(format!("the original {} changed", path.display()));
+        }
+        if String::from_utf8_lossy(&bytes).contains(BEGIN_MARKER) {
+            problems.push(format!("the original {} holds a generated block", path.display()));
+        }
+    }
+}
+
+/// Regular files of `copy` (relative paths) that the original has too, under another inode.
+fn files_rewritten(original: &Path, copy: &Path) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for entry in walkdir::WalkDir::new(copy).into_iter().filter_map(Result::ok) {
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let rel = entry.path().strip_prefix(copy).unwrap().to_path_buf();
+        let Ok(orig) = fs::symlink_metadata(original.join(&rel)) else { continue };
+        let ino = entry.metadata().map(|m| (m.dev(), m.ino())).ok();
+        if ino != Some((orig.dev(), orig.ino())) {
+            out.insert(rel);
+        }
+    }
+    out
+}
+
+// ---- make evaluation ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Side {
+    Before,
+    After,
+}
+
+/// One mechanism's decision as a make expression that expands to `1` (instrumented; objtool:
+/// checked; ftrace: traced) or `0`.
+struct MechExpr {
+    id: MechId,
+    make: String,
+    /// `0` for this mechanism means "exempt" (for the vacuity check: not `kcsan-barriers`).
+    off_means_exempt: bool,
+}
+
+fn mechanism_expressions(rules: &Rules) -> Vec<MechExpr> {
+    rules
+        .decisions
+        .iter()
+        .map(|(id, d)| {
+            let make = match &d.kind {
+                // objtool in 6.12 (`is-standard-object`): the test, ANDed with `is-kernel-object`.
+                DecisionKind::Chain { polarity: Polarity::SkipIfAllY, gated: true, .. } => {
+                    format!("$(if $(if {},$(is-kernel-object)),1,0)", d.expression)
+                }
+                DecisionKind::Chain { .. } => format!("$(if {},1,0)", d.expression),
+                // `_c_flags` with `KBUILD_CFLAGS := $(CC_FLAGS_FTRACE)`: traced iff `-pg` survives.
+                DecisionKind::Flags => format!("$(if $(filter -pg,{}),1,0)", d.expression),
+            };
+            let off_means_exempt = id.get().name != "kcsan-barriers";
+            MechExpr { id: *id, make, off_means_exempt }
+        })
+        .collect()
+}
+
+/// The directories to evaluate and how.
+struct Evaluator<'a> {
+    original: &'a Path,
+    copy: &'a Path,
+    plans: Vec<DirPlan>,
+    mechs: Vec<MechExpr>,
+}
+
+/// The answers make gave, keyed by (plan, configuration, side).
+type Outcome = BTreeMap<(usize, usize, Side), Result<Answers, String>>;
+
+#[derive(Default)]
+struct Comparison {
+    runs: usize,
+    evaluations: usize,
+    /// Named objects read as exempt (with `is-kernel-object` set): the comparison is not vacuous.
+    exempt_named: usize,
+    mismatches: Vec<String>,
+    /// Directory -> why make did not finish there (before or after).
+    failed: BTreeMap<String, String>,
+    outcome: Outcome,
+}
+
+impl Evaluator<'_> {
+    /// Evaluate the plans `which` before (original) and after (copy) and compare every answer.
+    fn compare(&self, which: &[usize]) -> Comparison {
+        let mut jobs = Vec::new();
+        for &d in which {
+            for c in 0..self.plans[d].combos.len() {
+                for side in [Side::Before, Side::After] {
+                    jobs.push((d, c, side));
+                }
+            }
+        }
+        let results = parallel(&jobs, |&(d, c, side)| {
+            let tree = match side {
+                Side::Before => self.original,
+                Side::After => self.copy,
+            };
+            let plan = &self.plans[d];
+            run_make(tree, &driver(tree, plan, &plan.combos[c], &self.mechs), plan.objects.len(), self.mechs.len())
+        });
+        let mut cmp = Comparison {
+            runs: jobs.len(),
+            outcome: jobs.iter().copied().zip(results).collect(),
+            ..Comparison::default()
+        };
+        for &d in which {
+            let plan = &self.plans[d];
+            for (c, combo) in plan.combos.iter().enumerate() {
+                let (before, after) = match (&cmp.outcome[&(d, c, Side::Before)], &cmp.outcome[&(d, c, Side::After)]) {
+                    (Ok(b), Ok(a)) => (b, a),
+                    (b, a) => {
+                        let why = [("before", b), ("after", a)]
+                            .iter()
+                            .filter_map(|(side, r)| r.as_ref().err().map(|e| format!("{side} [{}]: {e}", combo.label)))
+                            .collect::<Vec<_>>()
+                            .join("; ");
+                        cmp.failed.entry(plan.dir.clone()).or_insert(why);
+                        continue;
+                    }
+                };
+                for (key @ (kobj, o), b) in before {
+                    let (object, named) = &plan.objects[*o];
+                    let Some(a) = after.get(key) else {
+                        cmp.mismatches
+                            .push(format!("{}/{object} [{}]: no answer after adopting", plan.dir, combo.label));
+                        continue;
+                    };
+                    for (m, mech) in self.mechs.iter().enumerate() {
+                        cmp.evaluations += 1;
+                        let (vb, va) = (b.as_bytes()[m], a.as_bytes()[m]);
+                        if vb != va {
+                            cmp.mismatches.push(format!(
+                                "{}/{object} {} [{}] is-kernel-object={kobj}: before {} after {}",
+                                plan.dir, mech.id, combo.label, vb as char, va as char
+                            ));
+                        }
+                        if *named && *kobj == 'y' && vb == b'0' && mech.off_means_exempt {
+                            cmp.exempt_named += 1;
+                        }
+                    }
+                }
+            }
+        }
+        cmp
+    }
+}
+
+/// Variables set before the kbuild file is read, and a label for reports.
+#[derive(Debug, Clone)]
+struct Combo {
+    label: String,
+    presets: Vec<(String, String)>,
+}
+
+struct DirPlan {
+    dir: String,
+    /// Objects relative to the directory, and whether a directive names them.
+    objects: Vec<(String, bool)>,
+    combos: Vec<Combo>,
+    /// CONFIG symbols tried for this directory.
+    symbols: Vec<String>,
+}
+
+/// Words every directive contains; files without any are not parsed.
+fn needles() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = MECHANISMS
+        .iter()
+        .map(|m| match m.form {
+            Form::Variable { var, .. } => var,
+            Form::FlagRemoval { .. } => "CC_FLAGS_FTRACE",
+        })
+        .collect();
+    out.push("-pg");
+    out
+}
+
+/// Directories (relative to the tree) whose kbuild file, as Kbuild picks it, holds a directive
+/// or includes an adopted kbuild file of another directory (`include $(srctree)/lib/vdso/Makefile`),
+/// each with the adopted files it includes.
+fn evaluation_dirs(tree: &Path, adopted: &BTreeSet<PathBuf>) -> Vec<(String, Vec<PathBuf>)> {
+    let needles = needles();
+    let skipped = [".git", "Documentation", "tools"];
+    walkdir::WalkDir::new(tree)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| e.depth() != 1 || !skipped.contains(&e.file_name().to_str().unwrap_or("")))
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.depth() >= 2 && e.file_type().is_file() && matches!(e.file_name().to_str(), Some("Makefile" | "Kbuild"))
+        })
+        .filter(|e| kbuild_file(e.path().parent().unwrap()).as_deref() == Some(e.path()))
+        .filter_map(|e| {
+            let text = fs::read_to_string(e.path()).ok()?;
+            let dir = e.path().parent().unwrap().strip_prefix(tree).unwrap().to_string_lossy().into_owned();
+            let includes = included_adopted(&text, &dir, adopted);
+            let directive =
+                needles.iter().any(|n| text.contains(n)) && makefile::parse(&text).directives().next().is_some();
+            (directive || !includes.is_empty()).then_some((dir, includes))
+        })
+        .collect()
+}
+
+/// The adopted files (relative to the tree) that `text`, the kbuild file of `dir`, includes
+/// through `$(srctree)/…`, `$(src)/…` or `$(obj)/…`.
+fn included_adopted(text: &str, dir: &str, adopted: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        if !matches!(words.next(), Some("include" | "-include" | "sinclude")) {
+            continue;
+        }
+        for word in words {
+            let path = match (
+                word.strip_prefix("$(srctree)/"),
+                word.strip_prefix("$(src)/").or_else(|| word.strip_prefix("$(obj)/")),
+            ) {
+                (Some(r), _) => PathBuf::from(r),
+                (None, Some(r)) => Path::new(dir).join(r),
+                _ => continue,
+            };
+            if adopted.contains(&path) && !out.contains(&path) {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// `CONFIG_*` symbols mentioned in `text`, in order.
+fn config_symbols(text: &str, out: &mut Vec<String>) {
+    let mut rest = text;
+    while let Some(i) = rest.find("CONFIG_") {
+        let tail = &rest[i..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+        let symbol = tail[..end].to_string();
+        if symbol.len() > "CONFIG_".len() && !out.contains(&symbol) {
+            out.push(symbol);
+        }
+        rest = &tail[end..];
+    }
+}
+
+/// Make variables referenced in an object name (`BITS` in `head$(BITS).o`).
+fn name_variables(name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = name;
+    while let Some(i) = rest.find("$(") {
+        let after = &rest[i + 2..];
+        let end = after.find(')').unwrap_or(after.len());
+        out.push(after[..end].to_string());
+        rest = &after[end..];
+    }
+    out
+}
+
+/// What to evaluate in `dir`: its kbuild file and the adopted files it `includes`, before and after.
+fn plan_dir(
+    original: &Path,
+    copy: &Path,
+    dir: &str,
+    includes: &[PathBuf],
+    scan: &sanpolicy::import::Scan,
+    rules: &Rules,
+) -> DirPlan {
+    let mut texts: Vec<String> = Vec::new();
+    for tree in [original, copy] {
+        texts.push(kbuild_file(&tree.join(dir)).and_then(|p| fs::read_to_string(p).ok()).unwrap_or_default());
+        texts.extend(includes.iter().map(|p| fs::read_to_string(tree.join(p)).unwrap_or_default()));
+    }
+    let parsed: Vec<_> = texts.iter().map(|t| makefile::parse(t)).collect();
+
+    // Objects the directives name, as written (may hold `$(BITS)`), before or after.
+    let mut raw: BTreeSet<String> = BTreeSet::new();
+    // Symbols guarding a directive, or in a directive's name (`ccflags-remove-$(CONFIG_…)`).
+    let mut symbols: Vec<String> = Vec::new();
+    for p in &parsed {
+        for (i, d) in p.directives() {
+            let a = &p.assignments[i];
+            raw.extend(d.object);
+            for f in &a.frames {
+                config_symbols(&f.condition.text, &mut symbols);
+            }
+            config_symbols(&a.name, &mut symbols);
+        }
+    }
+    // Then the symbols the decision expressions read (`CONFIG_KCOV_INSTRUMENT_ALL`, …), then the
+    // mechanisms' own options when the file mentions them.
+    for d in rules.decisions.values() {
+        config_symbols(&d.expression, &mut symbols);
+    }
+    for m in MECHANISMS {
+        if texts.iter().any(|t| t.contains(m.config)) && !symbols.iter().any(|s| s == m.config) {
+            symbols.push(m.config.to_string());
+        }
+    }
+
+    // Values of the variables in names: what import found, else `BITS` is 32 or 64.
+    let mut vars: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for name in raw.iter().flat_map(|o| name_variables(o)) {
+        let mut values: Vec<String> =
+            scan.units.iter().filter(|u| u.dir == dir).filter_map(|u| u.vars.get(&name)).flatten().cloned().collect();
+        if values.is_empty() && name == "BITS" {
+            values = vec!["32".into(), "64".into()];
+        }
+        values.sort();
+        values.dedup();
+        if !values.is_empty() {
+            vars.insert(name, values);
+        }
+    }
+
+    let mut objects: Vec<(String, bool)> = Vec::new();
+    for o in &raw {
+        for v in expand_variants(o, &vars) {
+            if !objects.iter().any(|(x, _)| *x == v) {
+                objects.push((v, true));
+            }
+        }
+    }
+    for s in sample_objects(&original.join(dir), &objects) {
+        if !objects.iter().any(|(x, _)| *x == s) {
+            objects.push((s, false));
+        }
+    }
+
+    let combos = combos(&symbols, &vars);
+    DirPlan { dir: dir.to_string(), objects, combos, symbols }
+}
+
+/// Objects no directive names: a made-up one, a few `.c` files of the directory, and the
+/// same-named objects in subdirectories the kbuild file builds (where 6.1's `basetarget` naming
+/// reaches too), plus the bare name of every sub-path object.
+fn sample_objects(dir: &Path, named: &[(String, bool)]) -> Vec<String> {
+    let mut out = vec!["sanpolicy-unnamed.o".to_string()];
+    let list = |d: &Path| -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> =
+            fs::read_dir(d).map(|r| r.filter_map(Result::ok).map(|e| e.path()).collect()).unwrap_or_default();
+        v.sort();
+        v
+    };
+    let is_named = |o: &str| named.iter().any(|(n, _)| n == o);
+    let entries = list(dir);
+    let sources = entries
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "c") && p.is_file())
+        .filter_map(|p| p.file_stem().and_then(|s| s.to_str()).map(|s| format!("{s}.o")))
+        .filter(|o| !is_named(o));
+    out.extend(sources.take(SAMPLED_SOURCES));
+    for sub in entries.iter().filter(|p| p.is_dir() && kbuild_file(p).is_none()).take(8) {
+        let Some(sub_name) = sub.file_name().and_then(|n| n.to_str()) else { continue };
+        for (o, _) in named.iter().filter(|(o, _)| !o.contains('/') && !o.contains('$')) {
+            let stem = o.trim_end_matches(".o");
+            if ["c", "S"].iter().any(|ext| sub.join(format!("{stem}.{ext}")).is_file()) {
+                out.push(format!("{sub_name}/{o}"));
+            }
+        }
+    }
+    for (o, _) in named {
+        if let Some((_, base)) = o.rsplit_once('/') {
+            out.push(base.to_string());
+        }
+    }
+    out
+}
+
+/// All symbols set, all unset, each of the first `MAX_FLIPPED` flipped alone; each crossed with
+/// every value of the name variables.
+fn combos(symbols: &[String], vars: &BTreeMap<String, Vec<String>>) -> Vec<Combo> {
+    let mut sets: Vec<(String, Vec<&String>)> =
+        vec![("all set".into(), symbols.iter().collect()), ("all unset".into(), Vec::new())];
+    for s in symbols.iter().take(MAX_FLIPPED) {
+        sets.push((format!("all but {s}"), symbols.iter().filter(|x| *x != s).collect()));
+        sets.push((format!("only {s}"), vec![s]));
+    }
+    let mut seen: BTreeSet<Vec<&String>> = BTreeSet::new();
+    sets.retain(|(_, set)| seen.insert(set.clone()));
+    let mut assignments: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for (name, values) in vars {
+        assignments = assignments
+            .into_iter()
+            .flat_map(|a| values.iter().map(move |v| [a.clone(), vec![(name.clone(), v.clone())]].concat()))
+            .collect();
+    }
+    let mut out = Vec::new();
+    for (label, set) in &sets {
+        for a in &assignments {
+            let mut presets: Vec<(String, String)> = set.iter().map(|s| ((*s).clone(), "y".to_string())).collect();
+            presets.extend(a.iter().cloned());
+            let vars_label: String = a.iter().map(|(k, v)| format!(", {k}={v}")).collect();
+            out.push(Combo { label: format!("{label}{vars_label}"), presets });
+        }
+    }
+    out
+}
+
+/// The makefile that includes `plan.dir`'s kbuild file in `tree` as `scripts/Makefile.build`
+/// does and prints, for every object and `is-kernel-object` value, one digit per mechanism.
+///
+/// It ends in `$(error)`, so make stops right after reading: no recipe runs and no makefile is
+/// remade, which also makes a missing `include` harmless (make only fails on one when it tries
+/// to remake it). `$@` is bound with `$(foreach @,…)`, so the kernel's own `target-stem` and
+/// `basetarget` definitions name the object exactly as in a real build.
+fn driver(tree: &Path, plan: &DirPlan, combo: &Combo, mechs: &[MechExpr]) -> String {
+    let arch = plan.dir.strip_prefix("arch/").and_then(|r| r.split('/').next()).unwrap_or("x86");
+    let mut d = String::new();
+    let _ = writeln!(d, "# sanpolicy round-trip driver: {} [{}]", plan.dir, combo.label);
+    let _ = writeln!(d, "srctree := {}\nobjtree := {}", tree.display(), tree.display());
+    let _ = writeln!(d, "ARCH := {arch}\nSRCARCH := {arch}");
+    let _ = writeln!(d, "obj := {}\nsrc := $(obj)", plan.dir);
+    for (k, v) in &combo.presets {
+        let _ = writeln!(d, "{k} := {v}");
+    }
+    let _ = writeln!(d, "CC_FLAGS_FTRACE := {CC_FLAGS_FTRACE}\nKBUILD_CFLAGS := $(CC_FLAGS_FTRACE)");
+    // scripts/Makefile.lib, scripts/Kbuild.include
+    d.push_str("target-stem = $(basename $(patsubst $(obj)/%,%,$@))\n");
+    d.push_str("basetarget = $(basename $(notdir $@))\n");
+    d.push_str("kbuild-file = $(or $(wildcard $(src)/Kbuild),$(src)/Makefile)\n");
+    d.push_str("include $(kbuild-file)\n");
+    for (i, m) in mechs.iter().enumerate() {
+        let _ = writeln!(d, "sanpolicy-m{i} = {}", m.make);
+    }
+    let all: String = (0..mechs.len()).map(|i| format!("$(sanpolicy-m{i})")).collect();
+    for (kobj, tag) in [("y", 'y'), ("", 'n')] {
+        let _ = writeln!(d, "is-kernel-object := {kobj}");
+        for (i, (o, _)) in plan.objects.iter().enumerate() {
+            let _ = writeln!(d, "sanpolicy-o := $(obj)/{o}\n$(foreach @,$(sanpolicy-o),$(info R|{tag}|{i}|{all}))");
+        }
+    }
+    d.push_str("$(info SANPOLICY-END)\n$(error sanpolicy-eval-done)\n");
+    d
+}
+
+/// Per (`is-kernel-object` tag, object index): one `0`/`1` per mechanism.
+type Answers = BTreeMap<(char, usize), String>;
+
+fn run_make(tree: &Path, driver: &str, objects: usize, mechs: usize) -> Result<Answers, String> {
+    let mut child = Command::new("make")
+        // `-k -i` only matter for recipes, and none runs (see `driver`).
+        .args(["-R", "-r", "-k", "-i", "--no-print-directory", "-f", "-"])
+        .current_dir(tree)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LC_ALL", "C")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run make: {e}"))?;
+    let mut stdin = child.stdin.take().unwrap();
+    let text = driver.to_string();
+    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let _ = writer.join();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stops: Vec<&str> = stderr.lines().filter(|l| l.contains("***")).collect();
+    let finished =
+        stdout.lines().any(|l| l == "SANPOLICY-END") && stops.len() == 1 && stops[0].contains("sanpolicy-eval-done");
+    if !finished {
+        let first: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).take(3).collect();
+        return Err(format!("make stopped early: {}", first.join(" | ")));
+    }
+    let mut answers = Answers::new();
+    for line in stdout.lines().filter_map(|l| l.strip_prefix("R|")) {
+        let mut parts = line.splitn(3, '|');
+        let (Some(tag), Some(i), Some(digits)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (Some(tag), Ok(i)) = (tag.chars().next(), i.parse::<usize>()) else { continue };
+        if digits.len() != mechs || !digits.bytes().all(|b| b == b'0' || b == b'1') {
+            return Err(format!("unexpected answer `{line}`"));
+        }
+        answers.insert((tag, i), digits.to_string());
+    }
+    if answers.len() != 2 * objects {
+        return Err(format!("{} answers for {objects} objects", answers.len()));
+    }
+    Ok(answers)
+}
+
+/// Run `f` over `items` on every core; results in order.
+fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= items.len() {
+                    break;
+                }
+                let r = f(&items[i]);
+                results.lock().unwrap()[i] = Some(r);
+            });
+        }
+    });
+    results.into_inner().unwrap().into_iter().map(|r| r.expect("every item ran")).collect()
+}
+
+/// Guard against a harness that answers the same for everything: `KASAN_SANITIZE_kcov.o := n`
+/// (`kernel/Makefile`, in every kernel with KCOV) must read as exempt before and after.
+fn known_answer(label: &str, eval: &Evaluator, cmp: &Comparison, problems: &mut Vec<String>) {
+    let Some(d) = eval.plans.iter().position(|p| p.dir == "kernel") else { return };
+    let Some(o) = eval.plans[d].objects.iter().position(|(o, named)| o == "kcov.o" && *named) else { return };
+    let Some(m) = eval.mechs.iter().position(|m| m.id.get().name == "kasan") else { return };
+    for side in [Side::Before, Side::After] {
+        if let Some(Ok(a)) = cmp.outcome.get(&(d, 0, side)) {
+            let v = a.get(&('y', o)).map(|s| s.as_bytes()[m] as char);
+            if v != Some('0') {
+                problems.push(format!(
+                    "{label}: kernel/kcov.o should not be KASAN-instrumented ({side:?}), make says {v:?}"
+                ));
+            }
+        }
+    }
+}
+
+// ---- 3. the command line on the adopted copy ---------------------------------------------------
+
+fn sanpolicy(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sanpolicy"))
+        .args(args)
+        .current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running sanpolicy")
+}
+
+/// The text between the first pair of backticks.
+fn backticked(s: &str) -> Option<String> {
+    let start = s.find('`')? + 1;
+    let end = s[start..].find('`')? + start;
+    Some(s[start..end].to_string())
+}
+
+/// Rendered diagnostics as `path:line:col: severity[code]: message` lines.
+fn one_lines(stderr: &str) -> Vec<String> {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if !(line.starts_with("error[") || line.starts_with("warning[")) {
+            continue;
+        }
+        let place =
+            lines[i + 1..].iter().take_while(|l| !l.starts_with("error") && !l.starts_with("warning")).find_map(|l| {
+                l.trim_start()
+                    .strip_prefix("┌─ ")
+                    .or_else(|| l.trim_start().strip_prefix("= in "))
+                    .or_else(|| l.trim_start().strip_prefix("= at "))
+            });
+        out.push(match place {
+            Some(p) => format!("{}: {line}", p.trim()),
+            None => line.to_string(),
+        });
+    }
+    out
+}
+
+/// The comparison must notice the hand edit: re-evaluating the edited directory has to report
+/// mismatches, all for the edited line's mechanism (and object).
+fn sensitivity(label: &str, file: &str, line: &str, eval: &Evaluator, problems: &mut Vec<String>) {
+    let dir = Path::new(file).parent().unwrap().to_string_lossy().into_owned();
+    let parsed = makefile::parse(&format!("{line}\n"));
+    let Some((_, directive)) = parsed.directives().next() else {
+        return problems.push(format!("the hand-edited line `{line}` is not a directive"));
+    };
+    let Some(d) = eval.plans.iter().position(|p| p.dir == dir) else {
+        return problems.push(format!("{dir} was not evaluated"));
+    };
+    let cmp = eval.compare(&[d]);
+    let prefix = match &directive.object {
+        Some(o) => format!("{dir}/{o} {} ", directive.mech),
+        None => format!("{dir}/"),
+    };
+    let unrelated: Vec<&String> = cmp
+        .mismatches
+        .iter()
+        .filter(|m| !m.starts_with(&prefix) || !m.contains(&format!(" {} [", directive.mech)))
+        .collect();
+    say(&format!(
+        "round-trip {label}: make sees the hand edit: {} mismatches, e.g. {}",
+        cmp.mismatches.len(),
+        cmp.mismatches.first().map_or("none", String::as_str)
+    ));
+    if cmp.mismatches.is_empty() || !unrelated.is_empty() || !cmp.failed.is_empty() {
+        problems.push(format!(
+            "re-evaluating {dir} with `{line}` edited should report mismatches for that line only: {} mismatches, unrelated {unrelated:?}, failed {:?}",
+            cmp.mismatches.len(),
+            cmp.failed
+        ));
+    }
+}
+
+/// Replace `path` by a new file: in a hard-linked copy, writing in place would change the original.
+fn write_atomic(path: &Path, text: &str) {
+    let tmp = path.with_extension("sanpolicy-round-trip.tmp");
+    let _ = fs::remove_file(&tmp);
+    fs::write(&tmp, text).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
+
+/// A kbuild file of the copy with a generated `:= n` line, and that line's index.
+fn hand_edit_target(copy: &Path, adopted: &BTreeSet<PathBuf>) -> Option<(PathBuf, String, usize)> {
+    let preferred = PathBuf::from("kernel/Makefile");
+    let order = adopted.iter().filter(|p| **p == preferred).chain(adopted.iter().filter(|p| **p != preferred));
+    for p in order {
+        let text = fs::read_to_string(copy.join(p)).ok()?;
+        let mut inside = false;
+        for (i, line) in text.lines().enumerate() {
+            if line.starts_with(BEGIN_MARKER) {
+                inside = true;
+            } else if line.starts_with(END_MARKER) {
+                inside = false;
+            } else if inside && !line.starts_with('#') && line.ends_with(" := n") {
+                return Some((copy.join(p), text, i));
+            }
+        }
+    }
+    None
+}
+
+fn cli_steps(
+    label: &str,
+    copy: &Path,
+    adopted: &BTreeSet<PathBuf>,
+    import_stale: &BTreeSet<String>,
+    expect: Option<&Expect>,
+    eval: &Evaluator,
+    problems: &mut Vec<String>,
+) {
+    let code = |o: &Output| o.status.code();
+    let err = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    // The diff a stale `--check` prints: the file names and the first lines are enough.
+    let diff_head = |o: &Output| {
+        let text = String::from_utf8_lossy(&o.stdout);
+        let mut head: String = text.lines().take(12).map(|l| format!("{l}\n")).collect();
+        if text.lines().count() > 12 {
+            head.push_str("[...]\n");
+        }
+        head
+    };
+
+    let out = sanpolicy(copy, &["gen-makefiles", "--check"]);
+    say(&format!("round-trip {label}: gen-makefiles --check: exit {:?}: {}", code(&out), err(&out).trim()));
+    if code(&out) != Some(0) {
+        problems.push(format!(
+            "gen-makefiles --check on the adopted copy: exit {:?}, expected 0 (in sync):\n{}{}",
+            code(&out),
+            diff_head(&out),
+            err(&out)
+        ));
+    }
+
+    match hand_edit_target(copy, adopted) {
+        None => problems.push("no generated `:= n` line to edit by hand".into()),
+        Some((path, text, index)) => {
+            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+            let was = lines[index].clone();
+            lines[index] = format!("{} := y", was.strip_suffix(" := n").unwrap());
+            let mut edited = lines.join("\n");
+            edited.push('\n');
+            write_atomic(&path, &edited);
+            let shown = path.strip_prefix(copy).unwrap().display().to_string();
+            say(&format!("round-trip {label}: edited {shown}:{} by hand: `{was}` -> `{}`", index + 1, lines[index]));
+            sensitivity(label, &shown, &was, eval, problems);
+
+            let out = sanpolicy(copy, &["gen-makefiles", "--check"]);
+            let e = err(&out);
+            say(&format!(
+                "round-trip {label}: gen-makefiles --check after the edit: exit {:?}: {}",
+                code(&out),
+                one_lines(&e).join(" / ")
+            ));
+            // The issue: "runs it again after editing one block by hand: drift reported, exit 1".
+            if code(&out) != Some(1) || !e.contains("hand-edited-block") {
+                problems.push(format!(
+                    "gen-makefiles --check after a hand edit: exit {:?}, expected 1 (drift reported) with `hand-edited-block`:\n{e}",
+                    code(&out)
+                ));
+            }
+
+            let out = sanpolicy(copy, &["gen-makefiles"]);
+            let e = err(&out);
+            say(&format!(
+                "round-trip {label}: gen-makefiles after the edit: exit {:?}: {}",
+                code(&out),
+                e.lines().last().unwrap_or("")
+            ));
+            if code(&out) != Some(2) || !e.contains("hand-edited-block") {
+                problems.push(format!(
+                    "gen-makefiles over a hand edit: exit {:?}, expected 2 with `hand-edited-block`:\n{e}",
+                    code(&out)
+                ));
+            }
+            if fs::read_to_string(&path).unwrap() != edited {
+                problems.push(format!("gen-makefiles without --force overwrote the hand-edited {shown}"));
+            }
+
+            let out = sanpolicy(copy, &["check"]);
+            let e = err(&out);
+            let hand: Vec<String> = one_lines(&e).into_iter().filter(|l| l.contains("[hand-edited-block]")).collect();
+            say(&format!("round-trip {label}: check after the edit: exit {:?}: {}", code(&out), hand.join(" / ")));
+            if code(&out) != Some(1) || hand.is_empty() {
+                problems.push(format!(
+                    "check after a hand edit: exit {:?}, expected 1 with `hand-edited-block`:\n{e}",
+                    code(&out)
+                ));
+            }
+
+            write_atomic(&path, &text);
+            let out = sanpolicy(copy, &["gen-makefiles", "--check"]);
+            if code(&out) != Some(0) {
+                problems.push(format!(
+                    "gen-makefiles --check after restoring {shown}: exit {:?}:\n{}",
+                    code(&out),
+                    err(&out)
+                ));
+            }
+        }
+    }
+
+    // `check` with the repository's recursion-prone requirements next to the imported units.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let requirements =
+        fs::read_to_string(repo.join("policy/recursion-prone.toml")).expect("reading policy/recursion-prone.toml");
+    write_atomic(&copy.join("recursion-prone.toml"), &requirements);
+    let imported = fs::read_to_string(copy.join(POLICY)).unwrap();
+    let check_policy = "sanpolicy-round-trip-check.toml";
+    write_atomic(&copy.join(check_policy), &format!("include = [\"recursion-prone.toml\"]\n\n{imported}"));
+    let out = sanpolicy(copy, &["check", "--policy", check_policy]);
+    let e = err(&out);
+    let findings = one_lines(&e);
+    say(&format!(
+        "round-trip {label}: check: exit {:?}, {} findings: {}",
+        code(&out),
+        findings.len(),
+        e.lines().last().unwrap_or("")
+    ));
+    for f in &findings {
+        say(&format!("round-trip {label}: check: {f}"));
+    }
+    if code(&out) != Some(1) {
+        problems.push(format!("check: exit {:?}, expected 1 (findings):\n{e}", code(&out)));
+    }
+    let reported = |code: &str, needles: &[String]| {
+        findings.iter().any(|f| f.contains(&format!("[{code}]")) && needles.iter().all(|n| f.contains(n.as_str())))
+    };
+    for s in import_stale {
+        if !reported("missing-source", &[format!("`{s}`")]) {
+            problems.push(format!("import warned that `{s}` is stale but check does not report it"));
+        }
+    }
+    if let Some(expect) = expect {
+        for s in expect.stale {
+            if !import_stale.contains(*s) {
+                problems.push(format!("import did not warn that `{s}` is stale (it warned about {import_stale:?})"));
+            }
+            if !reported("missing-source", &[format!("`{s}`")]) {
+                problems.push(format!("check does not report the stale `{s}`"));
+            }
+        }
+        for (unit, mech) in expect.recursion_prone {
+            if !reported("recursion-prone", &[format!("`{unit}`"), format!("`{mech}`")]) {
+                problems.push(format!("check does not report that `{unit}` stays instrumented with `{mech}`"));
+            }
+        }
+    }
+}
