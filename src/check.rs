@@ -131,9 +131,9 @@ fn outside_directives(plan: &Plan, diags: &mut Diagnostics) {
     for file in plan.files.values() {
         let text = &file.text;
         let inside: BTreeSet<&str> =
-            file.parsed.assignments.iter().filter(|a| a.in_block).map(|a| a.name.as_str()).collect();
-        for (i, _) in file.parsed.directives() {
-            let a = &file.parsed.assignments[i];
+            file.parsed().assignments.iter().filter(|a| a.in_block).map(|a| a.name.as_str()).collect();
+        for (i, _) in file.parsed().directives() {
+            let a = &file.parsed().assignments[i];
             if a.in_block {
                 continue;
             }
@@ -159,7 +159,7 @@ fn outside_directives(plan: &Plan, diags: &mut Diagnostics) {
 /// The kbuild text the requirement is judged against: as generated, else as on disk.
 fn file_for(dir: &str, tree: Option<&Path>, plan: &Plan) -> Option<(std::path::PathBuf, KbuildFile)> {
     if let Some(f) = plan.files.get(dir) {
-        return Some((f.path.clone(), f.parsed.clone()));
+        return Some((f.path.clone(), f.parsed().clone()));
     }
     let path = kbuild_file(&tree?.join(dir))?;
     let text = read_kbuild(&path).ok()?;

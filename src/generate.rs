@@ -21,7 +21,18 @@ use crate::policy::{Policy, Setting, Unit};
 pub struct PlannedFile {
     pub path: PathBuf,
     pub text: String,
-    pub parsed: KbuildFile,
+    /// Parsed on first use: writing needs only the text.
+    parsed: std::sync::OnceLock<KbuildFile>,
+}
+
+impl PlannedFile {
+    pub fn new(path: PathBuf, text: String) -> PlannedFile {
+        PlannedFile { path, text, parsed: std::sync::OnceLock::new() }
+    }
+
+    pub fn parsed(&self) -> &KbuildFile {
+        self.parsed.get_or_init(|| makefile::parse(&self.text))
+    }
 }
 
 /// Everything a generation would change, and the problems that stop it.
@@ -218,9 +229,7 @@ fn plan_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit], rules: &
     let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
     match emit::splice(&old, &parsed, &block, force) {
         Ok(new) => {
-            let parsed_new = makefile::parse(&new);
-            plan.files
-                .insert(dir.to_string(), PlannedFile { path: path.clone(), text: new.clone(), parsed: parsed_new });
+            plan.files.insert(dir.to_string(), PlannedFile::new(path.clone(), new.clone()));
             plan.changes.push(Change { path: target, display, old: Some(old), new: Some(new) });
         }
         Err(SpliceError::Markers(line, message)) => plan.diags.push(
@@ -262,10 +271,7 @@ pub fn plan_fragments(policy: &Policy, rules: &Rules, out: &Path, command: &str,
         let text = emit::render_fragment(units, rules, command, policy_name, dir);
         let old = std::fs::read_to_string(&path).ok();
         let display = path.strip_prefix(out).unwrap_or(&path).display().to_string();
-        plan.files.insert(
-            dir.to_string(),
-            PlannedFile { path: path.clone(), parsed: makefile::parse(&text), text: text.clone() },
-        );
+        plan.files.insert(dir.to_string(), PlannedFile::new(path.clone(), text.clone()));
         wanted.push(path.clone());
         plan.changes.push(Change { path, display, old, new: Some(text) });
     }

@@ -70,19 +70,20 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
         ui.report(&diags);
         return Err(EXIT_BAD_INPUT);
     }
-    let (policy, policy_diags) = policy::load(&policy_path);
+    // The policy and the tree's rules are independent: read them on both cores.
+    let ((policy, policy_diags), (rules, rule_diags)) = std::thread::scope(|scope| {
+        let rules = scope.spawn(|| match &tree {
+            Some(t) => Rules::from_tree(t),
+            None => (Rules::builtin(), Diagnostics::default()),
+        });
+        let policy = policy::load(&policy_path);
+        (policy, rules.join().unwrap_or_else(|_| (Rules::builtin(), Diagnostics::default())))
+    });
     for (path, text) in &policy.files {
         ui.sources.insert(path, text);
     }
     diags.extend(policy_diags);
-    let rules = match &tree {
-        Some(t) => {
-            let (rules, rule_diags) = Rules::from_tree(t);
-            diags.extend(rule_diags);
-            rules
-        }
-        None => Rules::builtin(),
-    };
+    diags.extend(rule_diags);
     if diags.has_bad_input() {
         ui.report(&diags.sorted());
         return Err(EXIT_BAD_INPUT);

@@ -43,8 +43,19 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             return EXIT_BAD_INPUT;
         }
     }
-    let mut plan = plan_for(&inputs, args.out.as_deref(), defaults, args.force, !args.check || args.sweep);
-    plan.changes.push(effective_snapshot(&inputs, args.out.as_deref(), defaults));
+    // The kbuild files and the effective snapshot are computed on both cores.
+    let (mut plan, snapshot) = std::thread::scope(|scope| {
+        let snapshot = scope.spawn(|| effective_snapshot(&inputs, args.out.as_deref(), defaults));
+        let plan = plan_for(&inputs, args.out.as_deref(), defaults, args.force, !args.check || args.sweep);
+        (plan, snapshot.join())
+    });
+    match snapshot {
+        Ok(change) => plan.changes.push(change),
+        Err(_) => {
+            eprintln!("error: computing the effective snapshot failed");
+            return EXIT_BAD_INPUT;
+        }
+    }
     let blocking = plan.diags.clone().sorted();
     if blocking.has_errors() {
         ui.report(&blocking);

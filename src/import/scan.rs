@@ -202,7 +202,7 @@ pub fn scan(tree: &Path) -> Scan {
                 }
             }
             if let Some(o) = &d.object {
-                for var in variables(o) {
+                for var in crate::policy::make_variables(o) {
                     let values = variable_values(tree, &dir, &text, &var);
                     unit.vars.insert(var, values);
                 }
@@ -274,18 +274,6 @@ fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, 
         }
         _ => Ok(()),
     }
-}
-
-fn variables(name: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = name;
-    while let Some(i) = rest.find("$(") {
-        let after = &rest[i + 2..];
-        let end = after.find(')').unwrap_or(after.len());
-        out.push(after[..end].to_string());
-        rest = &after[end..];
-    }
-    out
 }
 
 /// Values a make variable takes: assignments in the same file, else in the architecture's

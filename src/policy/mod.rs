@@ -7,7 +7,7 @@ mod paths;
 
 pub use crates::{CargoProfile, CrateEntry, CrateSpec, RESERVED_PROFILES};
 pub use parse::{load, load_with, parse_str, Reader};
-pub use paths::{expand_variants, UnitPath};
+pub use paths::{expand_variants, make_variables, UnitPath};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -349,26 +349,7 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
     let when = parse_when(cx, table);
     let vars = parse_vars(cx, table);
     let common = common?;
-    let mut settings = BTreeMap::new();
-    let mut setting_locations = BTreeMap::new();
-    for (setting, list) in [(Setting::Skip, skip), (Setting::Force, force)] {
-        for (id, loc) in list {
-            if let Some(previous) = settings.insert(id, setting) {
-                let message = if previous == setting {
-                    format!("`{id}` is listed twice")
-                } else {
-                    format!("`{}` both skips and forces `{id}`", common.path.text)
-                };
-                cx.diags.push(
-                    Diagnostic::error(Code::SkipAndForce, message)
-                        .at(loc)
-                        .hint("keep `{id}` in only one of `skip` and `force`".replace("{id}", id.get().name)),
-                );
-                continue;
-            }
-            setting_locations.insert(id, loc);
-        }
-    }
+    let (settings, setting_locations) = merge_settings(cx, &common.path.text, skip, force);
     // A non-empty (or mistyped) `skip`/`force` whose entries were all rejected has been reported
     // already; "neither skips nor forces" would only repeat it less precisely.
     let attempted =
@@ -394,6 +375,36 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
         location: cx.loc(common.path_span),
         setting_locations,
     })
+}
+
+/// `skip` and `force` as one map; a mechanism in both (or twice) is reported where it repeats.
+fn merge_settings<Id: Ord + Copy + std::fmt::Display>(
+    cx: &mut Ctx,
+    subject: &str,
+    skip: Vec<(Id, Location)>,
+    force: Vec<(Id, Location)>,
+) -> (BTreeMap<Id, Setting>, BTreeMap<Id, Location>) {
+    let mut settings = BTreeMap::new();
+    let mut locations = BTreeMap::new();
+    for (setting, list) in [(Setting::Skip, skip), (Setting::Force, force)] {
+        for (id, loc) in list {
+            if let Some(previous) = settings.insert(id, setting) {
+                let message = if previous == setting {
+                    format!("`{id}` is listed twice")
+                } else {
+                    format!("`{subject}` both skips and forces `{id}`")
+                };
+                cx.diags.push(
+                    Diagnostic::error(Code::SkipAndForce, message)
+                        .at(loc)
+                        .hint(format!("keep `{id}` in only one of `skip` and `force`")),
+                );
+                continue;
+            }
+            locations.insert(id, loc);
+        }
+    }
+    (settings, locations)
 }
 
 /// Mechanism forms that Kbuild cannot express (a directory-wide ftrace re-enable).

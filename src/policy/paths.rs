@@ -62,16 +62,21 @@ impl UnitPath {
 
     /// Make variables referenced in the path (`BITS` for `head$(BITS).o`).
     pub fn variables(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut rest = self.text.as_str();
-        while let Some(i) = rest.find("$(") {
-            let after = &rest[i + 2..];
-            let end = after.find(')').unwrap_or(after.len());
-            out.push(after[..end].to_string());
-            rest = &after[end..];
-        }
-        out
+        make_variables(&self.text)
     }
+}
+
+/// The names of the `$(NAME)` references in `text`, in order.
+pub fn make_variables(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("$(") {
+        let after = &rest[i + 2..];
+        let end = after.find(')').unwrap_or(after.len());
+        out.push(after[..end].to_string());
+        rest = &after[end..];
+    }
+    out
 }
 
 /// Reject anything that could break out of a make assignment or point outside the tree.

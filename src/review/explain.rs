@@ -101,7 +101,7 @@ fn file_for(
     dir: &str,
 ) -> (KbuildFile, Option<PathBuf>) {
     if let Some(f) = plan.and_then(|p| p.files.get(dir)) {
-        return (f.parsed.clone(), Some(f.path.clone()));
+        return (f.parsed().clone(), Some(f.path.clone()));
     }
     if let Some(path) = tree.and_then(|t| kbuild_file(&t.join(dir))) {
         let text = read_kbuild(&path).unwrap_or_default();

@@ -1,16 +1,15 @@
 //! `[[crate]]` and `[[profile]]` entries: the Cargo side of the policy, parsed with the same
 //! spans and the same collect-everything rules as `[[unit]]`.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 
 use toml_edit::TableLike;
 
-use super::{closest, string, string_list, tables, unknown_keys, Ctx};
+use super::{closest, merge_settings, string, string_list, tables, unknown_keys, Ctx};
 use crate::diagnostic::{Code, Diagnostic, Location};
 use crate::mechanism::{self, MechId, RustMechId};
 use crate::policy::crates::RESERVED_PROFILES;
-use crate::policy::{CargoProfile, CrateEntry, CrateSpec, Policy, Setting};
+use crate::policy::{CargoProfile, CrateEntry, CrateSpec, Policy};
 
 const CRATE_KEYS: &[&str] = &["name", "skip", "force", "item-skip", "why", "links"];
 const PROFILE_KEYS: &[&str] = &["name", "inherits", "enable", "why", "links"];
@@ -116,26 +115,7 @@ fn parse_crate(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) 
             return None;
         }
     };
-    let mut settings = BTreeMap::new();
-    let mut setting_locations = BTreeMap::new();
-    for (setting, list) in [(Setting::Skip, skip), (Setting::Force, force)] {
-        for (id, loc) in list {
-            if let Some(previous) = settings.insert(id, setting) {
-                let message = if previous == setting {
-                    format!("`{id}` is listed twice")
-                } else {
-                    format!("`{spec}` both skips and forces `{id}`")
-                };
-                cx.diags.push(
-                    Diagnostic::error(Code::SkipAndForce, message)
-                        .at(loc)
-                        .hint(format!("keep `{id}` in only one of `skip` and `force`")),
-                );
-                continue;
-            }
-            setting_locations.insert(id, loc);
-        }
-    }
+    let (settings, setting_locations) = merge_settings(cx, &spec.to_string(), skip, force);
     let mut items = Vec::new();
     for (id, loc) in item_skip {
         if items.contains(&id) {
