@@ -2,7 +2,8 @@
 //!
 //! For each Debian kernel source package (`/usr/src/linux-source-6.1.tar.xz`,
 //! `/usr/src/linux-source-6.12.tar.xz`; `.ci/run` installs them on a fresh machine) the tarball is
-//! extracted once, by the one test of that version, into a temporary directory, and:
+//! extracted once per run of this test binary into a temporary directory, shared by the tests of
+//! that version (see [`Lease`]), and:
 //!
 //! 1. a hard-linked copy of the tree (`cp -al`) is imported and adopted by the real binary
 //!    (`sanpolicy import --adopt`). sanpolicy writes through a temporary file and a rename, so an
@@ -24,25 +25,37 @@
 //!    step 2 can fail); `check`, with the repository's `policy/recursion-prone.toml` included,
 //!    reports the stale directives and the recursion-prone units the tree leaves instrumented.
 //!
+//! Test `linux_curated_policy_6_12` proves the issue's "Applied to the 6.12 tree, the curated
+//! policy must change exactly what the curation says and nothing else" on the shared 6.12 tree:
+//! a second copy, adopted the same way, gets the repository's `policy/linux.toml` (and
+//! `policy/recursion-prone.toml` beside it) as its policy and `sanpolicy gen-makefiles`; make
+//! then evaluates the original against that copy as in step 2 (same directories, objects,
+//! mechanisms, configurations), and the only differences allowed, and required, are
+//! `kernel/locking/lockdep.o` going from KASAN-instrumented to not, in every configuration where
+//! the tree instruments it. `check` there no longer reports a recursion-prone unit (only the
+//! stale directives and the directives import could not represent), `gen-makefiles --check`
+//! finds the copy in sync.
+//!
 //! `SANPOLICY_KERNEL_TREE=/path/to/linux` *adds* the same proof on that extracted tree (test
-//! `kernel_tree_from_env`); the two tarball tests still run, so on a machine without the Debian
+//! `kernel_tree_from_env`); the tarball tests still run, so on a machine without the Debian
 //! packages run only that one: `cargo test --test round_trip kernel_tree_from_env`. The tree
 //! named there is only read; a copy of it is adopted (hard links when on the same file system,
 //! else a full copy). Checks that name objects of 6.1 and 6.12 apply only to the tarballs; any
 //! tree must have every stale directive `import` warns about reported by `check`.
 //!
-//! The counts line (`round-trip <version>: N directories, ...`) and the findings are written
-//! straight to stderr, past the test harness's capture, so that CI logs show them.
+//! The counts lines (`round-trip <version>: N directories, ...`, `round-trip 6.12 curated: make
+//! evaluated ...`) and the findings are written straight to stderr, past the test harness's
+//! capture, so that CI logs show them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
 use sanpolicy::generate::kbuild_file;
@@ -101,6 +114,27 @@ fn linux_6_12_round_trip() {
     );
 }
 
+/// The bundled, curated policy applied to the 6.12 tree changes exactly what its curation says
+/// (see the module documentation). Named to sort after both round trips (see [`Lease`]).
+#[test]
+fn linux_curated_policy_6_12() {
+    let lease = Lease::extracted("6.12");
+    let label = "6.12 curated";
+    let scratch = scratch_dir("6.12-curated");
+    let problems = curated_policy(label, lease.tree(), scratch.path());
+    finish(label, scratch, &problems);
+}
+
+/// The one semantic change of `policy/linux.toml` to the 6.12 import, as (directory, object,
+/// mechanism): the object goes from instrumented to exempt.
+const CURATED_CHANGE: (&str, &str, &str) = ("kernel/locking", "lockdep.o", "kasan");
+
+/// The codes of what `check` reports on 6.12 with `policy/linux.toml`: the stale directives the
+/// policy keeps (`missing-source`, errors: exit 1) and the directives `import` could not represent,
+/// left by hand outside the blocks (`unmanaged-directive`, warnings). No `recursion-prone`: with
+/// lockdep exempt from KASAN every requirement of `policy/recursion-prone.toml` holds.
+const CURATED_CHECK_CODES: &[&str] = &["missing-source", "unmanaged-directive"];
+
 /// The same proof on the extracted tree named by `SANPOLICY_KERNEL_TREE`, in addition to the
 /// tarballs; without the variable there is nothing to do.
 #[test]
@@ -150,26 +184,117 @@ fn make_driver_reads_answers_and_reports_failures() {
 }
 
 fn tarball_round_trip(version: &str, expect: &Expect) {
-    let tarball = PathBuf::from(format!("/usr/src/linux-source-{version}.tar.xz"));
-    assert!(
-        tarball.is_file(),
-        "{} is missing: install the kernel sources with `apt-get install linux-source-6.1 linux-source-6.12` \
-         (.ci/run does this on a fresh machine)",
-        tarball.display()
-    );
+    let lease = Lease::extracted(version);
     let scratch = scratch_dir(version);
-    let start = Instant::now();
-    let src = scratch.path().join("src");
-    fs::create_dir(&src).unwrap();
-    let status = Command::new("tar").arg("-xf").arg(&tarball).arg("-C").arg(&src).status().expect("running tar");
-    assert!(status.success(), "tar -xf {} failed: {status}", tarball.display());
-    let mut tops: Vec<PathBuf> =
-        fs::read_dir(&src).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
-    assert_eq!(tops.len(), 1, "{} should hold one top directory: {tops:?}", tarball.display());
-    let tree = tops.remove(0);
-    say(&format!("round-trip {version}: extracted {} in {:.1?}", tarball.display(), start.elapsed()));
-    let problems = round_trip(version, &tree, scratch.path(), Some(expect));
+    let problems = round_trip(version, lease.tree(), scratch.path(), Some(expect));
     finish(version, scratch, &problems);
+}
+
+/// `/usr/src/linux-source-<version>.tar.xz`, extracted into a temporary directory that goes
+/// when this is dropped.
+struct Extracted {
+    version: String,
+    tree: PathBuf,
+    scratch: Option<tempfile::TempDir>,
+}
+
+impl Extracted {
+    fn new(version: &str) -> Extracted {
+        let tarball = PathBuf::from(format!("/usr/src/linux-source-{version}.tar.xz"));
+        assert!(
+            tarball.is_file(),
+            "{} is missing: install the kernel sources with `apt-get install linux-source-6.1 linux-source-6.12` \
+             (.ci/run does this on a fresh machine)",
+            tarball.display()
+        );
+        let scratch = scratch_dir(&format!("{version}-src"));
+        let start = Instant::now();
+        let src = scratch.path();
+        let status = Command::new("tar").arg("-xf").arg(&tarball).arg("-C").arg(src).status().expect("running tar");
+        assert!(status.success(), "tar -xf {} failed: {status}", tarball.display());
+        let mut tops: Vec<PathBuf> =
+            fs::read_dir(src).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+        assert_eq!(tops.len(), 1, "{} should hold one top directory: {tops:?}", tarball.display());
+        let tree = tops.remove(0);
+        say(&format!("round-trip {version}: extracted {} in {:.1?}", tarball.display(), start.elapsed()));
+        Extracted { version: version.to_string(), tree, scratch: Some(scratch) }
+    }
+}
+
+impl Drop for Extracted {
+    fn drop(&mut self) {
+        let Some(scratch) = self.scratch.take() else { return };
+        let start = Instant::now();
+        let path = scratch.path().to_path_buf();
+        if let Err(e) = scratch.close() {
+            say(&format!("round-trip {}: could not remove {}: {e}", self.version, path.display()));
+        }
+        say(&format!("round-trip {}: removed the extracted tree in {:.1?}", self.version, start.elapsed()));
+    }
+}
+
+/// The trees extracted in this run, by version, and how many tests hold a [`Lease`].
+struct Extractions {
+    leases: usize,
+    trees: BTreeMap<String, Arc<OnceLock<Arc<Extracted>>>>,
+}
+
+static EXTRACTIONS: Mutex<Extractions> = Mutex::new(Extractions { leases: 0, trees: BTreeMap::new() });
+
+fn extractions() -> MutexGuard<'static, Extractions> {
+    EXTRACTIONS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A tarball test's use of the extracted tree of its version, shared by the tests of this run.
+///
+/// The first test of a version extracts it (one of the same version starting meanwhile waits for
+/// that extraction). Extracted trees stay while any tarball test holds a lease, so a test that
+/// starts before the others have all ended reuses them; the last lease to go removes them all.
+/// libtest starts tests in name order, here two at a time: the 6.12 and 6.1 round trips extract
+/// side by side, and `linux_curated_policy_6_12` starts when the first of them ends, while the
+/// other still holds its lease. A test run alone (or after all others ended) extracts its own
+/// tree: slower, never wrong.
+struct Lease {
+    extracted: Option<Arc<Extracted>>,
+}
+
+impl Lease {
+    fn extracted(version: &str) -> Lease {
+        let slot = {
+            let mut all = extractions();
+            all.leases += 1;
+            Arc::clone(all.trees.entry(version.to_string()).or_default())
+        };
+        // Held before extracting, so that a failed extraction gives the lease back too.
+        let mut lease = Lease { extracted: None };
+        lease.extracted = Some(Arc::clone(slot.get_or_init(|| Arc::new(Extracted::new(version)))));
+        lease
+    }
+
+    fn tree(&self) -> &Path {
+        &self.extracted.as_ref().expect("an extracted tree").tree
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.extracted = None;
+        let last = {
+            let mut all = extractions();
+            all.leases -= 1;
+            if all.leases == 0 {
+                std::mem::take(&mut all.trees)
+            } else {
+                BTreeMap::new()
+            }
+        };
+        // No test holds these any more: dropping them removes the trees, side by side.
+        std::thread::scope(|s| {
+            for slot in last.into_values() {
+                s.spawn(move || drop(slot));
+            }
+        });
+    }
 }
 
 fn scratch_dir(label: &str) -> tempfile::TempDir {
@@ -201,7 +326,7 @@ fn hash(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// Remove the scratch directory (timed: it holds a whole tree or two), then fail on any problem.
+/// Remove the scratch directory (timed: it holds a copy of a whole tree), then fail on any problem.
 fn finish(label: &str, scratch: tempfile::TempDir, problems: &[String]) {
     let start = Instant::now();
     let path = scratch.path().to_path_buf();
@@ -218,39 +343,9 @@ fn round_trip(label: &str, original: &Path, scratch: &Path, expect: Option<&Expe
     let mut problems: Vec<String> = Vec::new();
 
     // ---- 1. import and adopt a copy -------------------------------------------------------
-    let (rules, rule_diags) = Rules::from_tree(original);
-    assert!(!rule_diags.has_errors(), "{label}: the tree's rules cannot be read: {:?}", rule_diags.0);
-    let scan = sanpolicy::import::scan(original);
-    let adopted: BTreeSet<PathBuf> =
-        scan.taken.iter().map(|t| t.path.strip_prefix(original).unwrap().to_path_buf()).collect();
-    assert!(!adopted.is_empty(), "{label}: nothing to adopt");
-    let hashes: Vec<(PathBuf, u64)> =
-        adopted.iter().map(|p| (p.clone(), hash(&fs::read(original.join(p)).unwrap()))).collect();
-
-    let start = Instant::now();
+    let Baseline { rules, scan, adopted, hashes } = baseline(label, original);
     let copy = scratch.join("adopted");
-    let hard_linked = copy_tree(original, &copy);
-    say(&format!(
-        "round-trip {label}: copied the tree ({}) in {:.1?}",
-        if hard_linked { "cp -al" } else { "cp -a" },
-        start.elapsed()
-    ));
-
-    let start = Instant::now();
-    let import = sanpolicy(&copy, &["import", "--adopt", "--force"]);
-    let import_err = String::from_utf8_lossy(&import.stderr).into_owned();
-    assert_eq!(import.status.code(), Some(0), "{label}: `sanpolicy import --adopt` failed:\n{import_err}");
-    say(&format!(
-        "round-trip {label}: import --adopt in {:.1?}: {}",
-        start.elapsed(),
-        import_err.lines().last().unwrap_or("")
-    ));
-    let import_stale: BTreeSet<String> = one_lines(&import_err)
-        .iter()
-        .filter(|l| l.contains("warning[missing-source]"))
-        .filter_map(|l| backticked(l.rsplit_once("no source for ")?.1))
-        .collect();
-
+    let (hard_linked, import_stale) = adopt_copy(label, original, &copy);
     for p in &adopted {
         if fs::read(original.join(p)).unwrap() == fs::read(copy.join(p)).unwrap() {
             problems.push(format!("adopting left {} unchanged", p.display()));
@@ -258,40 +353,13 @@ fn round_trip(label: &str, original: &Path, scratch: &Path, expect: Option<&Expe
     }
     check_original(original, &hashes, &mut problems);
     if hard_linked {
-        // Files the copy shares with the original must still be shared: only the adopted kbuild
-        // files (and a policy the tree already had) were replaced. New files (the policy) are fine.
-        let rewritten = files_rewritten(original, &copy);
-        let unexpected: Vec<_> =
-            rewritten.iter().filter(|p| !adopted.contains(*p) && **p != Path::new(POLICY)).collect();
-        let missing: Vec<_> = adopted.difference(&rewritten).collect();
-        if !unexpected.is_empty() || !missing.is_empty() {
-            problems.push(format!(
-                "files rewritten by adoption differ from the adopted ones: unexpected {unexpected:?}, not rewritten {missing:?}"
-            ));
-        }
+        check_rewritten("adoption", original, &copy, &adopted, &mut problems);
     }
 
     // ---- 2. make evaluates every directory before and after --------------------------------
     let start = Instant::now();
-    let dirs = evaluation_dirs(original, &adopted);
-    let dir_set: BTreeSet<&str> = dirs.iter().map(|(d, _)| d.as_str()).collect();
-    let includers: Vec<String> =
-        dirs.iter().filter(|(_, i)| !i.is_empty()).map(|(d, i)| format!("{d} (includes {i:?})")).collect();
-    if !includers.is_empty() {
-        say(&format!("round-trip {label}: also evaluated where adopted files are included: {}", includers.join(", ")));
-    }
-    for p in &adopted {
-        let dir = p.parent().unwrap().to_string_lossy().into_owned();
-        if !dir_set.contains(dir.as_str()) {
-            problems.push(format!("adopted {} but its directory has no directive", p.display()));
-        }
-    }
-    let eval = Evaluator {
-        original,
-        copy: &copy,
-        plans: dirs.iter().map(|(d, includes)| plan_dir(original, &copy, d, includes, &scan, &rules)).collect(),
-        mechs: mechanism_expressions(&rules),
-    };
+    let dirs = directories_to_evaluate(label, original, &adopted, &mut problems);
+    let eval = Evaluator::new(original, &copy, &dirs, &scan, &rules);
     let all: Vec<usize> = (0..eval.plans.len()).collect();
     let cmp = eval.compare(&all);
     let plans = &eval.plans;
@@ -356,6 +424,260 @@ fn round_trip(label: &str, original: &Path, scratch: &Path, expect: Option<&Expe
     check_original(original, &hashes, &mut problems);
     say(&format!("round-trip {label}: done in {:.1?}", total.elapsed()));
     problems
+}
+
+/// Copy `original` to `copy` and run `sanpolicy import --adopt` there. Returns whether the copy
+/// is hard-linked, and the objects whose directives `import` warned name no source.
+fn adopt_copy(label: &str, original: &Path, copy: &Path) -> (bool, BTreeSet<String>) {
+    let start = Instant::now();
+    let hard_linked = copy_tree(original, copy);
+    say(&format!(
+        "round-trip {label}: copied the tree ({}) in {:.1?}",
+        if hard_linked { "cp -al" } else { "cp -a" },
+        start.elapsed()
+    ));
+
+    let start = Instant::now();
+    let import = sanpolicy(copy, &["import", "--adopt", "--force"]);
+    let import_err = String::from_utf8_lossy(&import.stderr).into_owned();
+    assert_eq!(import.status.code(), Some(0), "{label}: `sanpolicy import --adopt` failed:\n{import_err}");
+    say(&format!(
+        "round-trip {label}: import --adopt in {:.1?}: {}",
+        start.elapsed(),
+        import_err.lines().last().unwrap_or("")
+    ));
+    let import_stale = one_lines(&import_err)
+        .iter()
+        .filter(|l| l.contains("warning[missing-source]"))
+        .filter_map(|l| backticked(l.rsplit_once("no source for ")?.1))
+        .collect();
+    (hard_linked, import_stale)
+}
+
+/// In a hard-linked copy, files shared with the original must still be shared: only the adopted
+/// kbuild files (and a policy the tree already had) were replaced, all of them. New files (the
+/// policy, its snapshot) are fine.
+fn check_rewritten(what: &str, original: &Path, copy: &Path, adopted: &BTreeSet<PathBuf>, problems: &mut Vec<String>) {
+    let rewritten = files_rewritten(original, copy);
+    let unexpected: Vec<_> = rewritten.iter().filter(|p| !adopted.contains(*p) && **p != Path::new(POLICY)).collect();
+    let missing: Vec<_> = adopted.difference(&rewritten).collect();
+    if !unexpected.is_empty() || !missing.is_empty() {
+        problems.push(format!(
+            "files rewritten by {what} differ from the adopted ones: unexpected {unexpected:?}, not rewritten {missing:?}"
+        ));
+    }
+}
+
+/// A copy of `original` under `scratch`, adopted like the round trip's, then given the repository's
+/// `policy/linux.toml` and regenerated: make must see exactly [`CURATED_CHANGE`], where the tree
+/// instruments it, and nothing else; `check` and `gen-makefiles --check` must agree.
+fn curated_policy(label: &str, original: &Path, scratch: &Path) -> Vec<String> {
+    let total = Instant::now();
+    let mut problems: Vec<String> = Vec::new();
+    let code = |o: &Output| o.status.code();
+    let err = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // ---- an adopted copy with the curated policy ------------------------------------------------
+    let Baseline { rules, scan, adopted, hashes } = baseline(label, original);
+    let copy = scratch.join("curated");
+    let (hard_linked, import_stale) = adopt_copy(label, original, &copy);
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (from, to) in [("policy/linux.toml", POLICY), ("policy/recursion-prone.toml", "recursion-prone.toml")] {
+        let text = fs::read_to_string(repo.join(from)).unwrap_or_else(|e| panic!("reading {from}: {e}"));
+        write_atomic(&copy.join(to), &text);
+    }
+    let start = Instant::now();
+    let out = sanpolicy(&copy, &["gen-makefiles"]);
+    say(&format!(
+        "round-trip {label}: gen-makefiles with policy/linux.toml in {:.1?}: exit {:?}",
+        start.elapsed(),
+        code(&out)
+    ));
+    assert_eq!(code(&out), Some(0), "{label}: gen-makefiles with policy/linux.toml failed:\n{}", err(&out));
+    check_original(original, &hashes, &mut problems);
+    if hard_linked {
+        check_rewritten("adoption and gen-makefiles", original, &copy, &adopted, &mut problems);
+    }
+
+    // ---- make: the original against the curated copy ---------------------------------------------
+    let start = Instant::now();
+    let dirs = directories_to_evaluate(label, original, &adopted, &mut problems);
+    let eval = Evaluator::new(original, &copy, &dirs, &scan, &rules);
+    let all: Vec<usize> = (0..eval.plans.len()).collect();
+    let cmp = eval.compare(&all);
+    let (dir, object, mech) = CURATED_CHANGE;
+    let d = eval.plans.iter().position(|p| p.dir == dir);
+    let o = d.and_then(|d| eval.plans[d].objects.iter().position(|(x, named)| x == object && *named));
+    let m = eval.mechs.iter().position(|x| x.id.get().name == mech);
+    let (Some(d), Some(o), Some(m)) = (d, o, m) else {
+        problems.push(format!("{label}: {dir}/{object} {mech} was not evaluated: directory {d:?}, object {o:?}"));
+        return problems;
+    };
+    // Where the tree instruments the object (in 6.12: with `is-kernel-object` set, the default
+    // of `$(is-kernel-object)`), the curated copy must not; nowhere else may an answer differ.
+    let plan = &eval.plans[d];
+    let mut expected: BTreeSet<Mismatch> = BTreeSet::new();
+    for (c, combo) in plan.combos.iter().enumerate() {
+        let Some(Ok(before)) = cmp.outcome.get(&(d, c, Side::Before)) else { continue };
+        for kobj in ['y', 'n'] {
+            if before.get(&(kobj, o)).map(|a| a.as_bytes()[m]) == Some(b'1') {
+                expected.insert(Mismatch {
+                    dir: dir.to_string(),
+                    object: object.to_string(),
+                    combo: combo.label.clone(),
+                    kobj,
+                    answers: Some((eval.mechs[m].id, '1', '0')),
+                });
+            }
+        }
+    }
+    let found: BTreeSet<Mismatch> = cmp.mismatches.iter().cloned().collect();
+    let unexpected: Vec<&Mismatch> = found.difference(&expected).collect();
+    let missing: Vec<&Mismatch> = expected.difference(&found).collect();
+    let kernel_objects = expected.iter().filter(|x| x.kobj == 'y').count();
+    let objects: usize = eval.plans.iter().map(|p| p.objects.len()).sum();
+    let combos: usize = eval.plans.iter().map(|p| p.combos.len()).sum();
+    say(&format!(
+        "round-trip {label}: make evaluated {} directories, {objects} objects, {} mechanisms, {combos} configurations \
+         ({} runs) in {:.1?}: {} (object, mechanism, config) evaluations, {} differences: {} expected \
+         ({dir}/{object} {mech} 1 -> 0 in {kernel_objects} of {} configurations with is-kernel-object set, {} with it \
+         empty), {} unexpected, {} expected but missing",
+        eval.plans.len(),
+        eval.mechs.len(),
+        cmp.runs,
+        start.elapsed(),
+        cmp.evaluations,
+        found.len(),
+        expected.len(),
+        plan.combos.len(),
+        expected.len() - kernel_objects,
+        unexpected.len(),
+        missing.len()
+    ));
+    for x in unexpected.iter().take(50) {
+        say(&format!("round-trip {label}: UNEXPECTED {x}"));
+    }
+    for x in missing.iter().take(50) {
+        say(&format!("round-trip {label}: MISSING {x}"));
+    }
+    if !unexpected.is_empty() || !missing.is_empty() {
+        problems.push(format!(
+            "the curated policy should change exactly {dir}/{object} {mech} (1 -> 0 where the tree instruments it): \
+             {} unexpected differences, first {:?}; {} expected ones missing, first {:?}",
+            unexpected.len(),
+            unexpected.first().map(ToString::to_string),
+            missing.len(),
+            missing.first().map(ToString::to_string)
+        ));
+    }
+    if kernel_objects != plan.combos.len() {
+        problems.push(format!(
+            "{dir}/{object} should be {mech}-instrumented by the tree as a kernel object in all {} configurations, \
+             but is in {kernel_objects}",
+            plan.combos.len()
+        ));
+    }
+    if !cmp.failed.is_empty() {
+        problems.push(format!("make evaluation failed in {} directories: {:?}", cmp.failed.len(), cmp.failed));
+    }
+    known_answer(label, &eval, &cmp, &mut problems);
+
+    // ---- check and gen-makefiles --check in the curated copy ---------------------------------------
+    let out = sanpolicy(&copy, &["check"]);
+    let e = err(&out);
+    let findings = one_lines(&e);
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in &findings {
+        *counts.entry(finding_code(f).map_or("?", |(_, c)| c)).or_default() += 1;
+    }
+    say(&format!(
+        "round-trip {label}: check: exit {:?}, {} findings by code {counts:?}: {}",
+        code(&out),
+        findings.len(),
+        e.lines().last().unwrap_or("")
+    ));
+    for f in findings.iter().filter(|f| !f.contains("[unmanaged-directive]")) {
+        say(&format!("round-trip {label}: check: {f}"));
+    }
+    let codes: Vec<&str> = counts.keys().copied().collect();
+    if codes != CURATED_CHECK_CODES {
+        problems
+            .push(format!("check in the curated copy reports codes {codes:?}, expected {CURATED_CHECK_CODES:?}:\n{e}"));
+    }
+    if findings.iter().any(|f| f.contains("[recursion-prone]")) {
+        problems.push(format!("check in the curated copy still reports a recursion-prone unit:\n{e}"));
+    }
+    let errors = findings.iter().any(|f| finding_code(f).is_some_and(|(severity, _)| severity == "error"));
+    if code(&out) != Some(i32::from(errors)) {
+        problems.push(format!(
+            "check in the curated copy: exit {:?}, expected {} ({}):\n{e}",
+            code(&out),
+            i32::from(errors),
+            if errors { "errors found" } else { "clean" }
+        ));
+    }
+    let stale: BTreeSet<String> = findings
+        .iter()
+        .filter(|f| f.contains("[missing-source]"))
+        .filter_map(|f| backticked(f.rsplit_once("no source for ")?.1))
+        .collect();
+    if stale != import_stale {
+        problems.push(format!("check reports the stale {stale:?}, import warned about {import_stale:?}"));
+    }
+
+    let out = sanpolicy(&copy, &["gen-makefiles", "--check"]);
+    say(&format!("round-trip {label}: gen-makefiles --check: exit {:?}: {}", code(&out), err(&out).trim()));
+    if code(&out) != Some(0) {
+        problems.push(format!("gen-makefiles --check in the curated copy: exit {:?}:\n{}", code(&out), err(&out)));
+    }
+
+    check_original(original, &hashes, &mut problems);
+    say(&format!("round-trip {label}: done in {:.1?}", total.elapsed()));
+    problems
+}
+
+/// What is read from the original tree before a copy is adopted.
+struct Baseline {
+    rules: Rules,
+    scan: sanpolicy::import::Scan,
+    /// The kbuild files `import --adopt` rewrites, relative to the tree.
+    adopted: BTreeSet<PathBuf>,
+    /// Their hashes in the original, to show at the end that it is untouched.
+    hashes: Vec<(PathBuf, u64)>,
+}
+
+fn baseline(label: &str, original: &Path) -> Baseline {
+    let (rules, rule_diags) = Rules::from_tree(original);
+    assert!(!rule_diags.has_errors(), "{label}: the tree's rules cannot be read: {:?}", rule_diags.0);
+    let scan = sanpolicy::import::scan(original);
+    let adopted: BTreeSet<PathBuf> =
+        scan.taken.iter().map(|t| t.path.strip_prefix(original).unwrap().to_path_buf()).collect();
+    assert!(!adopted.is_empty(), "{label}: nothing to adopt");
+    let hashes = adopted.iter().map(|p| (p.clone(), hash(&fs::read(original.join(p)).unwrap()))).collect();
+    Baseline { rules, scan, adopted, hashes }
+}
+
+/// [`evaluation_dirs`], and a problem for an adopted file whose directory is not among them.
+fn directories_to_evaluate(
+    label: &str,
+    original: &Path,
+    adopted: &BTreeSet<PathBuf>,
+    problems: &mut Vec<String>,
+) -> Vec<(String, Vec<PathBuf>)> {
+    let dirs = evaluation_dirs(original, adopted);
+    let dir_set: BTreeSet<&str> = dirs.iter().map(|(d, _)| d.as_str()).collect();
+    let includers: Vec<String> =
+        dirs.iter().filter(|(_, i)| !i.is_empty()).map(|(d, i)| format!("{d} (includes {i:?})")).collect();
+    if !includers.is_empty() {
+        say(&format!("round-trip {label}: also evaluated where adopted files are included: {}", includers.join(", ")));
+    }
+    for p in adopted {
+        let dir = p.parent().unwrap().to_string_lossy().into_owned();
+        if !dir_set.contains(dir.as_str()) {
+            problems.push(format!("adopted {} but its directory has no directive", p.display()));
+        }
+    }
+    dirs
 }
 
 /// `cp -al` (hard links); a full `cp -a` when the copy is on another file system. Returns
@@ -458,13 +780,29 @@ struct Comparison {
     evaluations: usize,
     /// Named objects read as exempt (with `is-kernel-object` set): the comparison is not vacuous.
     exempt_named: usize,
-    mismatches: Vec<String>,
+    mismatches: Vec<Mismatch>,
     /// Directory -> why make did not finish there (before or after).
     failed: BTreeMap<String, String>,
     outcome: Outcome,
 }
 
-impl Evaluator<'_> {
+impl<'a> Evaluator<'a> {
+    /// Every directory of `dirs` (with the adopted files it includes), in `original` and `copy`.
+    fn new(
+        original: &'a Path,
+        copy: &'a Path,
+        dirs: &[(String, Vec<PathBuf>)],
+        scan: &sanpolicy::import::Scan,
+        rules: &Rules,
+    ) -> Self {
+        Evaluator {
+            original,
+            copy,
+            plans: dirs.iter().map(|(d, includes)| plan_dir(original, copy, d, includes, scan, rules)).collect(),
+            mechs: mechanism_expressions(rules),
+        }
+    }
+
     /// Evaluate the plans `which` before (original) and after (copy) and compare every answer.
     fn compare(&self, which: &[usize]) -> Comparison {
         let mut jobs = Vec::new();
@@ -505,19 +843,22 @@ impl Evaluator<'_> {
                 };
                 for (key @ (kobj, o), b) in before {
                     let (object, named) = &plan.objects[*o];
+                    let mismatch = |answers| Mismatch {
+                        dir: plan.dir.clone(),
+                        object: object.clone(),
+                        combo: combo.label.clone(),
+                        kobj: *kobj,
+                        answers,
+                    };
                     let Some(a) = after.get(key) else {
-                        cmp.mismatches
-                            .push(format!("{}/{object} [{}]: no answer after adopting", plan.dir, combo.label));
+                        cmp.mismatches.push(mismatch(None));
                         continue;
                     };
                     for (m, mech) in self.mechs.iter().enumerate() {
                         cmp.evaluations += 1;
                         let (vb, va) = (b.as_bytes()[m], a.as_bytes()[m]);
                         if vb != va {
-                            cmp.mismatches.push(format!(
-                                "{}/{object} {} [{}] is-kernel-object={kobj}: before {} after {}",
-                                plan.dir, mech.id, combo.label, vb as char, va as char
-                            ));
+                            cmp.mismatches.push(mismatch(Some((mech.id, vb as char, va as char))));
                         }
                         if *named && *kobj == 'y' && vb == b'0' && mech.off_means_exempt {
                             cmp.exempt_named += 1;
@@ -527,6 +868,31 @@ impl Evaluator<'_> {
             }
         }
         cmp
+    }
+}
+
+/// One answer of make that differs between the original and the copy.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Mismatch {
+    dir: String,
+    object: String,
+    /// The configuration's label.
+    combo: String,
+    /// `is-kernel-object`: `y` set, `n` empty.
+    kobj: char,
+    /// The mechanism, and its digit before and after; `None` when make gave no answer after.
+    answers: Option<(MechId, char, char)>,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Mismatch { dir, object, combo, kobj, answers } = self;
+        match answers {
+            Some((mech, before, after)) => {
+                write!(f, "{dir}/{object} {mech} [{combo}] is-kernel-object={kobj}: before {before} after {after}")
+            }
+            None => write!(f, "{dir}/{object} [{combo}] is-kernel-object={kobj}: no answer after"),
+        }
     }
 }
 
@@ -917,6 +1283,19 @@ fn backticked(s: &str) -> Option<String> {
     Some(s[start..end].to_string())
 }
 
+/// The severity and code of a finding from [`one_lines`]: `("error", "missing-source")` for
+/// `…: error[missing-source]: …`.
+fn finding_code(finding: &str) -> Option<(&str, &str)> {
+    let (at, severity) = ["error", "warning"]
+        .iter()
+        .filter_map(|s| finding.find(&format!("{s}[")).map(|i| (i, *s)))
+        .filter(|(i, _)| *i == 0 || finding[..*i].ends_with(": "))
+        .min()?;
+    let start = at + severity.len() + 1;
+    let end = finding[start..].find(']')? + start;
+    Some((severity, &finding[start..end]))
+}
+
 /// Rendered diagnostics as `path:line:col: severity[code]: message` lines.
 fn one_lines(stderr: &str) -> Vec<String> {
     let lines: Vec<&str> = stderr.lines().collect();
@@ -952,19 +1331,16 @@ fn sensitivity(label: &str, file: &str, line: &str, eval: &Evaluator, problems: 
         return problems.push(format!("{dir} was not evaluated"));
     };
     let cmp = eval.compare(&[d]);
-    let prefix = match &directive.object {
-        Some(o) => format!("{dir}/{o} {} ", directive.mech),
-        None => format!("{dir}/"),
+    let related = |m: &Mismatch| {
+        m.dir == dir
+            && directive.object.as_ref().is_none_or(|o| m.object == *o)
+            && m.answers.is_some_and(|(mech, ..)| mech == directive.mech)
     };
-    let unrelated: Vec<&String> = cmp
-        .mismatches
-        .iter()
-        .filter(|m| !m.starts_with(&prefix) || !m.contains(&format!(" {} [", directive.mech)))
-        .collect();
+    let unrelated: Vec<String> = cmp.mismatches.iter().filter(|m| !related(m)).map(ToString::to_string).collect();
     say(&format!(
         "round-trip {label}: make sees the hand edit: {} mismatches, e.g. {}",
         cmp.mismatches.len(),
-        cmp.mismatches.first().map_or("none", String::as_str)
+        cmp.mismatches.first().map_or("none".to_string(), ToString::to_string)
     ));
     if cmp.mismatches.is_empty() || !unrelated.is_empty() || !cmp.failed.is_empty() {
         problems.push(format!(
