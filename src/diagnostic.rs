@@ -374,10 +374,10 @@ mod tests {
 
     #[test]
     fn invalid_utf8_is_located_at_its_first_bad_byte() {
-        let bytes = b"ok\nab\xffc\n";
-        let error = std::str::from_utf8(bytes).unwrap_err();
-        let loc = Location::invalid_utf8(Path::new("Makefile"), bytes, error);
+        let bytes: Vec<u8> = [&b"ok\nab"[..], &[0xff], b"c\n"].concat();
+        let error = std::str::from_utf8(&bytes).unwrap_err();
+        let loc = Location::invalid_utf8(Path::new("Makefile"), &bytes, error);
         assert_eq!((loc.line, loc.col), (2, 3));
-        assert_eq!(&String::from_utf8_lossy(bytes)[loc.span], "\u{FFFD}");
+        assert_eq!(&String::from_utf8_lossy(&bytes)[loc.span], "\u{FFFD}");
     }
 }

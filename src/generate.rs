@@ -98,8 +98,10 @@ pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep
     let by_dir = units_by_dir(policy);
     let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
     for (dir, units) in &by_dir {
-        conflicts(units, rules, &mut plan.diags);
-        plan_dir(&mut plan, &mut at, dir, units, rules, force);
+        // A directory whose units conflict has no well-defined block to plan.
+        if !conflicts(units, rules, &mut plan.diags) {
+            plan_dir(&mut plan, &mut at, dir, units, rules, force);
+        }
     }
     // Blocks left in directories the policy no longer names are removed.
     let leftovers = if sweep { files_with_blocks(tree) } else { Vec::new() };
@@ -119,9 +121,12 @@ pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep
 /// Units of one directory that set one Kbuild variable both ways under the same conditions:
 /// the later line would silently win. Different paths can name one variable (6.1 names
 /// `KASAN_SANITIZE_note.o` after the file name, so `note.o` and `vdso32/note.o` collide); the
-/// same path twice is a duplicate, reported by the policy parser.
-fn conflicts(units: &[&Unit], rules: &Rules, diags: &mut Diagnostics) {
-    let mut seen: HashMap<(&[String], MechId, Option<String>), (Setting, &Unit)> = HashMap::new();
+/// same path twice is a duplicate, reported by the policy parser. True when there are any.
+fn conflicts(units: &[&Unit], rules: &Rules, diags: &mut Diagnostics) -> bool {
+    let mut found = false;
+    // (conditions, mechanism, stem of the object): the first setting and its unit.
+    type Variable<'a> = (&'a [String], MechId, Option<String>);
+    let mut seen: HashMap<Variable, (Setting, &Unit)> = HashMap::new();
     for unit in units {
         for (id, setting) in &unit.settings {
             let naming = rules.naming(*id);
@@ -135,6 +140,7 @@ fn conflicts(units: &[&Unit], rules: &Rules, diags: &mut Diagnostics) {
                     if first_setting == *setting || first.path == unit.path {
                         continue;
                     }
+                    found = true;
                     let line =
                         emit::directive_line(*id, unit.path.object.as_deref(), *setting, naming).unwrap_or_default();
                     let variable = line.split(' ').next().unwrap_or_default();
@@ -157,6 +163,7 @@ fn conflicts(units: &[&Unit], rules: &Rules, diags: &mut Diagnostics) {
             }
         }
     }
+    found
 }
 
 /// The tree being planned: as given, resolved, and the resolved kbuild files planned so far.
@@ -233,9 +240,14 @@ fn plan_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit], rules: &
             plan.changes.push(Change { path: target, display, old: Some(old), new: Some(new) });
         }
         Err(SpliceError::Markers(line, message)) => plan.diags.push(
-            Diagnostic::error(Code::BadMarker, message)
-                .at(Location::at_line(&path, &old, line))
-                .hint("restore one begin and one end marker (or delete the block and regenerate)"),
+            Diagnostic::error(Code::BadMarker, message).at(Location::at_line(&path, &old, line)).hint(
+                if parsed.marker_problems.is_empty() {
+                    // Nothing wrong with markers: the file's end cannot take an appended block.
+                    "finish the file's last statement first (close the `define` or conditional, end the last line with a newline)"
+                } else {
+                    "restore one begin and one end marker on lines of their own, not continued by a final `\\` (or delete the block and regenerate)"
+                },
+            ),
         ),
         Err(SpliceError::HandEdited(b)) => plan.diags.push(
             Diagnostic::error(Code::HandEditedBlock, "generated block was edited by hand")
@@ -266,7 +278,9 @@ pub fn plan_fragments(policy: &Policy, rules: &Rules, out: &Path, command: &str,
     let by_dir = units_by_dir(policy);
     let mut wanted = Vec::new();
     for (dir, units) in &by_dir {
-        conflicts(units, rules, &mut plan.diags);
+        if conflicts(units, rules, &mut plan.diags) {
+            continue;
+        }
         let path = out.join(dir).join(FRAGMENT_NAME);
         let text = emit::render_fragment(units, rules, command, policy_name, dir);
         let old = std::fs::read_to_string(&path).ok();

@@ -27,9 +27,9 @@ pub fn checksum(body: &str) -> String {
 pub fn comment_problem(text: &str) -> Option<String> {
     let text = text.replace("\r\n", "\n");
     if let Some(c) = text.chars().find(|c| c.is_control() && *c != '\n' && *c != '\t') {
-        return Some(format!("control character U+{:04X}", u32::from(c)));
+        return Some(format!("a control character (U+{:04X})", u32::from(c)));
     }
-    text.lines().find(|l| forges_marker(l)).map(|l| format!("the line `{l}` would read as a generated block marker"))
+    text.lines().find(|l| forges_marker(l)).map(|l| format!("a line that reads as a generated block marker: `{l}`"))
 }
 
 /// Whether `# {line}` would be taken for a begin or end marker.
@@ -139,6 +139,20 @@ pub fn splice(existing: &str, parsed: &KbuildFile, block: &str, force: bool) -> 
         }
         None if block.is_empty() => Ok(existing.to_string()),
         None => {
+            // Without a final newline, a last `\` is a character to make; the newline the block
+            // needs before it would turn it into a line continuation.
+            let last = existing.rsplit('\n').next().unwrap_or("");
+            if (last.len() - last.trim_end_matches('\\').len()) % 2 == 1 {
+                let line = existing.split_inclusive('\n').count();
+                let message = "the file ends in `\\` without a final newline: adding the newline a block needs would make it a line continuation";
+                return Err(SpliceError::Markers(line, message.into()));
+            }
+            if let Some((line, keyword)) = &parsed.unclosed {
+                return Err(SpliceError::Markers(
+                    *line,
+                    format!("this `{keyword}` is never closed: a block appended to the file would land inside it"),
+                ));
+            }
             let mut out = existing.to_string();
             if !out.is_empty() && !out.ends_with('\n') {
                 out.push('\n');

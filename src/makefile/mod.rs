@@ -103,6 +103,9 @@ pub struct KbuildFile {
     pub assignments: Vec<Assignment>,
     pub block: Option<Block>,
     pub marker_problems: Vec<MarkerProblem>,
+    /// A `define` or conditional still open at the end of the file: its 1-based line and
+    /// keyword. Make rejects such a file, and a block appended to it would land inside.
+    pub unclosed: Option<(usize, String)>,
     /// Conditional directives in source order (for evaluation).
     pub events: Vec<Event>,
     /// Index into `assignments` and classification of every instrumentation directive, in order
@@ -145,8 +148,10 @@ fn logical_lines(text: &str) -> Vec<Logical> {
         let start = byte;
         byte += raw.len();
         let line = raw.strip_suffix('\n').unwrap_or(raw);
-        let continues = line.len() - line.trim_end_matches('\\').len();
-        let body = if continues % 2 == 1 { &line[..line.len() - 1] } else { line };
+        // A final `\` continues the line only before a newline: at the very end of a file
+        // without one, make keeps it as a character.
+        let continues = (line.len() - line.trim_end_matches('\\').len()) % 2 == 1 && raw.ends_with('\n');
+        let body = if continues { &line[..line.len() - 1] } else { line };
         let mut logical =
             pending.take().unwrap_or(Logical { text: String::new(), line: i + 1, end_line: i + 1, start_byte: start });
         if !logical.text.is_empty() || logical.line != i + 1 {
@@ -160,13 +165,19 @@ fn logical_lines(text: &str) -> Vec<Logical> {
             logical.text.push_str(body);
         }
         logical.end_line = i + 1;
-        if continues % 2 == 1 {
+        if continues {
             pending = Some(logical);
         } else {
             out.push(logical);
         }
     }
-    out.extend(pending);
+    // Continued into the end of the file: make joins it to an empty line, leaving one blank.
+    if let Some(mut last) = pending {
+        let kept = last.text.trim_end().len();
+        last.text.truncate(kept);
+        last.text.push(' ');
+        out.push(last);
+    }
     out
 }
 
@@ -175,6 +186,7 @@ pub fn parse(text: &str) -> KbuildFile {
     let mut file = KbuildFile::default();
     let mut groups: Vec<Vec<Frame>> = Vec::new();
     let mut in_define = 0usize;
+    let mut define_line = 0usize;
     let mut comment: Option<(String, usize)> = None;
     let mut paragraph_comment: Option<(String, usize)> = None;
     let mut block_begin: Option<(usize, usize)> = None;
@@ -225,6 +237,7 @@ pub fn parse(text: &str) -> KbuildFile {
         match first_word(trimmed) {
             "define" => {
                 in_define += 1;
+                define_line = logical.line;
                 continue;
             }
             "ifdef" | "ifndef" | "ifeq" | "ifneq" => {
@@ -280,6 +293,11 @@ pub fn parse(text: &str) -> KbuildFile {
     if let Some((line, _)) = block_begin {
         file.marker_problems.push(MarkerProblem { line, message: "generated block has no end marker".into() });
     }
+    file.unclosed = if in_define > 0 {
+        Some((define_line, "define".to_string()))
+    } else {
+        groups.first().and_then(|g| g.first()).map(|f| (f.line, first_word(&f.condition.text).to_string()))
+    };
     file
 }
 
@@ -304,6 +322,15 @@ fn handle_marker(
     logical: &Logical,
     text: &str,
 ) {
+    // A marker continued by a final `\` swallows the next line into the comment: replacing
+    // the block would take that line with it.
+    if logical.end_line > logical.line {
+        file.marker_problems.push(MarkerProblem {
+            line: logical.line,
+            message: "generated block marker continues onto the next line (ends in `\\`)".into(),
+        });
+        return;
+    }
     match kind {
         MarkerKind::Begin => {
             if begin.is_some() || file.block.is_some() {
@@ -454,6 +481,23 @@ mod tests {
         assert_eq!(f.assignments[0].value, "n ");
         assert_eq!(f.assignments[0].inline_comment.as_deref(), Some("early boot"));
         assert_eq!(f.assignments[1].value, "n  ");
+    }
+
+    #[test]
+    fn a_final_backslash_is_read_as_make_reads_it() {
+        // GNU make: continued into the end of the file, the line ends in one blank; without a
+        // final newline the backslash is a plain character.
+        assert_eq!(parse("X := n\\\n").assignments[0].value, "n ");
+        assert_eq!(parse("X := n \\\n").assignments[0].value, "n ");
+        assert_eq!(parse("X := n\\").assignments[0].value, "n\\");
+        assert_eq!(parse("X := n\\\n\nY := 1\n").assignments[0].value, "n ");
+    }
+
+    #[test]
+    fn unclosed_define_and_conditionals_are_reported() {
+        assert_eq!(parse("ifdef A\nifdef B\nendif\nX := y\n").unclosed, Some((1, "ifdef".into())));
+        assert_eq!(parse("define f\ndefine g\nendef\n").unclosed, Some((1, "define".into())));
+        assert_eq!(parse("ifeq (a,b)\nelse\nendif\ndefine f\nendef\n").unclosed, None);
     }
 
     #[test]

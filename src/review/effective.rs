@@ -49,16 +49,17 @@ pub type Effective = BTreeMap<(String, MechId), Entry>;
 /// The kbuild file each directory of the policy would have: the planned tree file, or the
 /// generated block alone when there is no tree.
 pub fn dir_files(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> BTreeMap<String, KbuildFile> {
-    policy
-        .directories()
+    // Grouped in one pass: a policy of many units in many directories is not rescanned per directory.
+    let mut by_dir: BTreeMap<&str, Vec<&Unit>> = BTreeMap::new();
+    for unit in &policy.units {
+        by_dir.entry(unit.path.kbuild_dir.as_str()).or_default().push(unit);
+    }
+    by_dir
         .into_iter()
-        .map(|dir| {
+        .map(|(dir, units)| {
             let file = match plan.and_then(|p| p.files.get(dir)) {
                 Some(f) => f.parsed().clone(),
-                None => {
-                    let units: Vec<&Unit> = policy.units_in(dir).collect();
-                    makefile::parse(&emit::render_block(&units, rules))
-                }
+                None => makefile::parse(&emit::render_block(&units, rules)),
             };
             (dir.to_string(), file)
         })
@@ -75,6 +76,7 @@ pub fn compute(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> Effective
     let mut bases: BTreeMap<(String, Vec<(String, String)>), crate::kbuild::Env> = BTreeMap::new();
     let defaults: BTreeMap<MechId, Option<State>> =
         MechId::all().map(|id| (id, configs::state(&KbuildFile::default(), rules, id, ANY_OBJECT, true))).collect();
+    let explaining = Explaining::new(policy);
     for (index, unit) in policy.units.iter().enumerate() {
         let Some(file) = files.get(&unit.path.kbuild_dir) else { continue };
         for (shown, site) in variants(unit) {
@@ -93,7 +95,7 @@ pub fn compute(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> Effective
                     continue;
                 };
                 if Some(&state) != default.as_ref() || unit.settings.contains_key(&id) {
-                    let explaining = explaining_unit(policy, unit, id).or(Some(index));
+                    let explaining = explaining.unit(unit, id).or(Some(index));
                     out.insert((shown.clone(), id), Entry { state, unit: explaining, at: site.clone() });
                 }
             }
@@ -124,6 +126,33 @@ fn variants(unit: &Unit) -> Vec<(String, Site)> {
             (substitute(&unit.path.text), Site { dir: dir.clone(), object: substitute(object), preset })
         })
         .collect()
+}
+
+/// [`explaining_unit`] for every unit at once: indexed, so a policy of 100k units is not
+/// searched once per unit.
+struct Explaining<'a> {
+    own: std::collections::HashMap<(&'a crate::policy::UnitPath, MechId), usize>,
+    directory: std::collections::HashMap<(&'a str, MechId), usize>,
+}
+
+impl<'a> Explaining<'a> {
+    fn new(policy: &'a Policy) -> Explaining<'a> {
+        let mut own = std::collections::HashMap::new();
+        let mut directory = std::collections::HashMap::new();
+        for (i, u) in policy.units.iter().enumerate() {
+            for id in u.settings.keys() {
+                own.entry((&u.path, *id)).or_insert(i);
+                if u.path.is_directory() {
+                    directory.entry((u.path.kbuild_dir.as_str(), *id)).or_insert(i);
+                }
+            }
+        }
+        Explaining { own, directory }
+    }
+
+    fn unit(&self, unit: &Unit, id: MechId) -> Option<usize> {
+        self.own.get(&(&unit.path, id)).or_else(|| self.directory.get(&(unit.path.kbuild_dir.as_str(), id))).copied()
+    }
 }
 
 /// The unit that sets `id` for this unit's path, else its directory's unit that does.

@@ -162,6 +162,10 @@ impl Fingerprint {
             if meta.is_dir() {
                 self.dirs.push(rel);
                 self.walk(root, &path);
+            } else if meta.file_type().is_symlink() {
+                // A link is its target's name: what it points at is fingerprinted on its own.
+                let target = fs::read_link(&path).unwrap();
+                self.files.insert(rel, (0o120000, format!("-> {}", target.display()).into_bytes()));
             } else {
                 self.files.insert(rel, (meta.permissions().mode() & 0o7777, fs::read(&path).unwrap()));
             }

@@ -1,0 +1,3 @@
+obj-y := a.o \
+	b.o
+KASAN_SANITIZE := n\

@@ -1,0 +1,130 @@
+//! Huge inputs: a policy of 100,000 units and kbuild files of 200,000 lines are read, checked
+//! and written correctly. Timings are printed (`--nocapture`) but never asserted: a quadratic
+//! step shows up as a CI run that does not finish, and `cargo xtask bench` is where speed is
+//! measured.
+
+mod fixture_tree;
+
+use std::fs;
+use std::time::Instant;
+
+use fixture_tree::{Tree, V6_12};
+use sanpolicy::emit;
+use sanpolicy::generate;
+use sanpolicy::kbuild::Rules;
+use sanpolicy::makefile;
+use sanpolicy::output;
+use sanpolicy::policy;
+
+fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = f();
+    let took = started.elapsed();
+    eprintln!("{what}: {took:.2?}");
+    out
+}
+
+const MECHANISMS: [&str; 8] = ["kasan", "kcsan", "kcov", "ubsan", "kmsan", "gcov", "objtool", "ftrace"];
+
+#[test]
+fn a_policy_of_100k_units_is_read_generated_and_checked() {
+    const UNITS: usize = 100_000;
+    const DIRS: usize = 1_000;
+    let tree = Tree::new("mechanisms", V6_12);
+    let mut text = String::with_capacity(UNITS * 100);
+    for d in 0..DIRS {
+        let dir = tree.join(&format!("drivers/d{d}"));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("Makefile"), format!("# SPDX-License-Identifier: GPL-2.0\nobj-y += o{d}.o\n")).unwrap();
+    }
+    for i in 0..UNITS {
+        // Some units share a reason and conditions with the one before: grouped in the block.
+        let when = if i % 5 == 0 { "when = \"ifdef CONFIG_X\"\n" } else { "" };
+        text.push_str(&format!(
+            "[[unit]]\npath = \"drivers/d{}/o{i}.o\"\nskip = [\"{}\", \"{}\"]\n{when}why = \"Reason {}.\"\n\n",
+            i % DIRS,
+            MECHANISMS[i % 8],
+            MECHANISMS[(i + 3) % 8],
+            i / 3 % 97
+        ));
+    }
+    tree.write("sanitizer-policy.toml", text.as_bytes());
+    let (policy, diags) = timed("load 100k units", || policy::load(&tree.join("sanitizer-policy.toml")));
+    assert!(!diags.has_errors(), "{:?}", diags.iter().next());
+    assert_eq!(policy.units.len(), UNITS);
+    let rules = Rules::from_tree(tree.path()).0;
+    let plan = timed("plan 1000 directories", || generate::plan_tree(&policy, tree.path(), &rules, false, true));
+    assert!(!plan.diags.has_errors(), "{:?}", plan.diags.iter().next());
+    timed("write", || output::apply(&plan.changes).unwrap());
+    let again = timed("plan again", || generate::plan_tree(&policy, tree.path(), &rules, false, true));
+    assert!(again.changes.iter().all(|c| c.is_noop()), "a second generation changes files");
+    let findings = timed("check", || sanpolicy::check::run(&policy, &rules, Some(tree.path()), &again));
+    // No object has a source in this tree: one finding per unit, nothing else.
+    assert_eq!(findings.iter().filter(|d| d.is_error()).count(), UNITS, "{:?}", findings.iter().next());
+    let d7 = tree.read("drivers/d7/Makefile");
+    assert_eq!(d7.matches(" := n\n").count() + d7.matches(" += $(CC_FLAGS_FTRACE)\n").count(), 200, "{d7}");
+
+    // Listed twice, half of it is refused, each duplicate located (the bad-input table has the
+    // command line refusing a bad unit at the end of a 100k-unit policy).
+    let half = &text[..text.match_indices("[[unit]]").nth(UNITS / 2).unwrap().0];
+    tree.write("sanitizer-policy.toml", format!("{half}{half}").as_bytes());
+    let (_, diags) =
+        timed("load 100k units, half of them duplicates", || policy::load(&tree.join("sanitizer-policy.toml")));
+    let duplicates: Vec<_> = diags.iter().filter(|d| d.code.as_str() == "duplicate-unit").collect();
+    assert_eq!(duplicates.len(), UNITS / 2);
+    assert_eq!(duplicates[0].location.as_ref().map(|l| l.line), Some(half.lines().count() + 2));
+}
+
+/// A kbuild file in the kernel's shapes, `rounds` × 10 lines.
+fn kernel_shaped(rounds: usize) -> String {
+    let mut text = String::from("# SPDX-License-Identifier: GPL-2.0\nobj-y := core.o report.o\n");
+    for i in 0..rounds {
+        text.push_str(&format!(
+            "\n# Paragraph {i} explains\n# the lines below.\nifdef CONFIG_X{i}\nobj-$(CONFIG_Y{i}) += a{i}.o \\\n\tb{i}.o \\\n\tc{i}.o\nendif\nccflags-y += -DX{i}\nKASAN_SANITIZE_a{i}.o := n\n"
+        ));
+    }
+    text
+}
+
+#[test]
+fn huge_makefiles_are_read_and_written_in_bounded_time() {
+    let cases = [
+        ("200k lines in the kernel's shapes", kernel_shaped(20_000)),
+        ("one line continued 100k times", format!("obj-y := a.o \\\n{}\tz.o\n", "\tb.o \\\n".repeat(100_000))),
+        ("a comment paragraph of 100k lines over 1000 directives", {
+            format!("{}{}", "# A long reason.\n".repeat(100_000), "KASAN_SANITIZE_x.o := n\n".repeat(1_000))
+        }),
+        ("conditionals nested 2000 deep", {
+            let mut t = String::new();
+            for i in 0..2_000 {
+                t.push_str(&format!("ifdef CONFIG_{i}\nKCOV_INSTRUMENT_{i}.o := n\n"));
+            }
+            t.push_str(&"endif\n".repeat(2_000));
+            t
+        }),
+        ("a 10 MB line", format!("obj-y := {}\n", "a.o ".repeat(2_500_000))),
+    ];
+    let rules = Rules::builtin();
+    let (policy, diags) = policy::parse_str(
+        std::path::Path::new("p.toml"),
+        "[[unit]]\npath = \"mm/runtime/\"\nskip = [\"kasan\"]\nwhy = \"Huge file.\"\n",
+    );
+    assert!(!diags.has_errors());
+    let units: Vec<_> = policy.units.iter().collect();
+    let block = emit::render_block(&units, &rules);
+    for (name, text) in cases {
+        let parsed = timed(&format!("{name}: read"), || makefile::parse(&text));
+        let new = timed(&format!("{name}: splice"), || emit::splice(&text, &parsed, &block, false).unwrap());
+        assert!(new.starts_with(&text), "{name}: bytes lost");
+        let reparsed = timed(&format!("{name}: reread"), || makefile::parse(&new));
+        assert_eq!(reparsed.block.map(|b| b.body.len()), makefile::parse(&block).block.map(|b| b.body.len()));
+        // Through the command line: generation, then a clean drift check, in a tree.
+        let tree = Tree::new("mechanisms", V6_12);
+        tree.write("mm/runtime/Makefile", text.as_bytes());
+        let run = timed(&format!("{name}: gen-makefiles"), || tree.run(&["gen-makefiles"]));
+        assert_eq!(run.code, 0, "{name}: {}", run.both());
+        assert!(tree.read("mm/runtime/Makefile").starts_with(&text), "{name}: bytes lost");
+        let check = timed(&format!("{name}: gen-makefiles --check"), || tree.run(&["gen-makefiles", "--check"]));
+        assert_eq!(check.code, 0, "{name}: {}", check.both());
+    }
+}
