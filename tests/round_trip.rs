@@ -991,19 +991,6 @@ fn config_symbols(text: &str, out: &mut Vec<String>) {
     }
 }
 
-/// Make variables referenced in an object name (`BITS` in `head$(BITS).o`).
-fn name_variables(name: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = name;
-    while let Some(i) = rest.find("$(") {
-        let after = &rest[i + 2..];
-        let end = after.find(')').unwrap_or(after.len());
-        out.push(after[..end].to_string());
-        rest = &after[end..];
-    }
-    out
-}
-
 /// What to evaluate in `dir`: its kbuild file and the adopted files it `includes`, before and after.
 fn plan_dir(
     original: &Path,
@@ -1047,7 +1034,7 @@ fn plan_dir(
 
     // Values of the variables in names: what import found, else `BITS` is 32 or 64.
     let mut vars: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for name in raw.iter().flat_map(|o| name_variables(o)) {
+    for name in raw.iter().flat_map(|o| sanpolicy::policy::make_variables(o)) {
         let mut values: Vec<String> =
             scan.units.iter().filter(|u| u.dir == dir).filter_map(|u| u.vars.get(&name)).flatten().cloned().collect();
         if values.is_empty() && name == "BITS" {
