@@ -11,7 +11,7 @@ use crate::kbuild::configs::{self, State};
 use crate::kbuild::Rules;
 use crate::makefile::{self, KbuildFile};
 use crate::mechanism::MechId;
-use crate::policy::{Policy, Setting, Unit};
+use crate::policy::{Policy, Unit};
 
 const HEADER: &str = include_str!("../../templates/effective-header.txt");
 
@@ -155,16 +155,6 @@ impl<'a> Explaining<'a> {
     }
 }
 
-/// The unit that sets `id` for this unit's path, else its directory's unit that does.
-pub fn explaining_unit(policy: &Policy, unit: &Unit, id: MechId) -> Option<usize> {
-    let own = policy.units.iter().position(|u| u.path == unit.path && u.settings.contains_key(&id));
-    own.or_else(|| {
-        policy.units.iter().position(|u| {
-            u.path.is_directory() && u.path.kbuild_dir == unit.path.kbuild_dir && u.settings.contains_key(&id)
-        })
-    })
-}
-
 /// The snapshot text: a header, then `path  mechanism  state` lines, sorted.
 pub fn render(effective: &Effective, policy_name: &str, command: &str) -> String {
     let mut out = HEADER.replace("{policy}", policy_name).replace("{command}", command);
@@ -179,11 +169,6 @@ pub fn render(effective: &Effective, policy_name: &str, command: &str) -> String
 pub fn snapshot_path(policy_path: &Path) -> std::path::PathBuf {
     let stem = policy_path.file_stem().and_then(|s| s.to_str()).unwrap_or("policy");
     policy_path.with_file_name(format!("{stem}.effective.txt"))
-}
-
-/// Whether a unit forces a mechanism (for labelling "on (forced)").
-pub fn forced(policy: &Policy, entry: &Entry, id: MechId) -> bool {
-    entry.unit.is_some_and(|i| policy.units[i].settings.get(&id) == Some(&Setting::Force))
 }
 
 /// The snapshot file's planned state for `policy` at `path` (see [`render`]).
