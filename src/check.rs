@@ -212,7 +212,7 @@ fn first_instrumented(req: &Requirement, id: MechId, file: &KbuildFile, rules: &
             v.extend(
                 file.directives()
                     .filter(|(_, d)| d.mech == id)
-                    .filter_map(|(_, d)| d.object)
+                    .filter_map(|(_, d)| d.object.clone())
                     .filter(|o| !o.contains('$') && !req.except.contains(o)),
             );
             v

@@ -82,7 +82,8 @@ pub fn decode_kbuild(path: &Path, bytes: Vec<u8>) -> Result<String, Box<Diagnost
     Ok(text)
 }
 
-fn units_by_dir(policy: &Policy) -> BTreeMap<&str, Vec<&Unit>> {
+/// The policy's units grouped by the directory whose kbuild file holds their lines.
+pub fn units_by_dir(policy: &Policy) -> BTreeMap<&str, Vec<&Unit>> {
     let mut map: BTreeMap<&str, Vec<&Unit>> = BTreeMap::new();
     for u in &policy.units {
         map.entry(u.path.kbuild_dir.as_str()).or_default().push(u);

@@ -555,7 +555,7 @@ fn check_policy(text: &str) -> Result<(), TestCaseError> {
             .filter_map(|(i, d)| match d.value {
                 DirectiveValue::Plain(s) => Some((
                     d.mech,
-                    d.object,
+                    d.object.clone(),
                     s,
                     file.assignments[i].frames.iter().map(|f| f.condition.text.clone()).collect(),
                 )),

@@ -1014,7 +1014,7 @@ fn plan_dir(
     for p in &parsed {
         for (i, d) in p.directives() {
             let a = &p.assignments[i];
-            raw.extend(d.object);
+            raw.extend(d.object.clone());
             for f in &a.frames {
                 config_symbols(&f.condition.text, &mut symbols);
             }

@@ -172,7 +172,7 @@ pub fn scan(tree: &Path) -> Scan {
         for (i, d) in parsed.directives() {
             out.directives += 1;
             let a = &parsed.assignments[i];
-            if let Err(why) = representable(tree, &path, &parsed, a, &d) {
+            if let Err(why) = representable(tree, &path, &parsed, a, d) {
                 out.diags.push(
                     Diagnostic::warning(Code::Unrepresentable, format!("`{}` not imported: {why}", a.name))
                         .at(Location::at_line(&path, &text, a.line))

@@ -124,8 +124,8 @@ pub enum Event {
 
 impl KbuildFile {
     /// The instrumentation directives among the assignments.
-    pub fn directives(&self) -> impl Iterator<Item = (usize, Directive)> + '_ {
-        self.directives.iter().cloned()
+    pub fn directives(&self) -> impl Iterator<Item = (usize, &Directive)> + '_ {
+        self.directives.iter().map(|(i, d)| (*i, d))
     }
 }
 

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::emit::{self, SpliceError};
+use crate::generate::units_by_dir;
 use crate::kbuild::Rules;
 use crate::makefile::{self, KbuildFile};
 use crate::output::Change;
@@ -209,14 +210,6 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
 /// The block each directory of `policy` gets.
 fn blocks(policy: &Policy, rules: &Rules) -> BTreeMap<String, String> {
     units_by_dir(policy).into_iter().map(|(dir, units)| (dir.to_string(), emit::render_block(&units, rules))).collect()
-}
-
-fn units_by_dir(policy: &Policy) -> BTreeMap<&str, Vec<&Unit>> {
-    let mut map: BTreeMap<&str, Vec<&Unit>> = BTreeMap::new();
-    for u in &policy.units {
-        map.entry(u.path.kbuild_dir.as_str()).or_default().push(u);
-    }
-    map
 }
 
 fn check_file(
