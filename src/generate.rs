@@ -44,9 +44,6 @@ pub struct Plan {
     pub files: BTreeMap<String, PlannedFile>,
 }
 
-/// Directories never holding Kbuild rules for the kernel proper.
-const NOT_KBUILD: &[&str] = &[".git", "Documentation", "tools"];
-
 /// `Kbuild` shadows `Makefile` in the same directory, as in `scripts/Kbuild.include`.
 pub fn kbuild_file(dir: &Path) -> Option<PathBuf> {
     ["Kbuild", "Makefile"].iter().map(|n| dir.join(n)).find(|p| p.is_file())
@@ -261,14 +258,11 @@ fn plan_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit], rules: &
 
 /// Kbuild files under `tree` that hold a generated block.
 fn files_with_blocks(tree: &Path) -> Vec<PathBuf> {
-    WalkDir::new(tree)
-        .sort_by_file_name()
+    makefile::read_kbuild_files(tree, &[BEGIN_MARKER])
+        .0
         .into_iter()
-        .filter_entry(|e| e.depth() != 1 || !NOT_KBUILD.contains(&e.file_name().to_str().unwrap_or("")))
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file() && matches!(e.file_name().to_str(), Some("Makefile" | "Kbuild")))
-        .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(BEGIN_MARKER)))
-        .map(|e| e.into_path())
+        .map(|(path, _)| path)
+        .filter(|p| matches!(p.file_name().and_then(|n| n.to_str()), Some("Makefile" | "Kbuild")))
         .collect()
 }
 

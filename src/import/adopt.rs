@@ -6,17 +6,19 @@ use std::collections::BTreeSet;
 
 use super::Taken;
 use crate::emit;
+use crate::generate::units_by_dir;
 use crate::kbuild::Rules;
 use crate::output::Change;
 use crate::policy::Policy;
 
 /// The changes that adopt `policy` (as parsed back from the imported text) in each file.
 pub fn adopt(taken: &[Taken], policy: &Policy, rules: &Rules, tree: &std::path::Path) -> Vec<Change> {
+    let by_dir = units_by_dir(policy);
     taken
         .iter()
         .map(|t| {
-            let units: Vec<_> = policy.units_in(&t.dir).collect();
-            let block = emit::render_block(&units, rules);
+            let units = by_dir.get(t.dir.as_str()).map_or(&[][..], Vec::as_slice);
+            let block = emit::render_block(units, rules);
             let new = rewrite(t, &block);
             let display = t.path.strip_prefix(tree).unwrap_or(&t.path).display().to_string();
             Change { path: t.path.clone(), display, old: Some(t.text.clone()), new: Some(new) }

@@ -7,7 +7,7 @@ mod scan;
 mod write;
 
 pub use adopt::adopt;
-pub use scan::{kbuild_files, scan, ImportedUnit, Scan, Taken};
+pub use scan::{scan, ImportedUnit, Scan, Taken};
 pub use write::policy_toml;
 
 /// Reason written for a unit whose directives have no comment in the tree; `check` counts these.

@@ -3,8 +3,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use walkdir::WalkDir;
-
 use super::PLACEHOLDER_REASON;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::generate::{decode_kbuild, kbuild_file};
@@ -64,80 +62,6 @@ pub struct Scan {
     pub diags: Diagnostics,
 }
 
-const SKIPPED_TOP: &[&str] = &[".git", "Documentation", "tools"];
-
-fn is_kbuild_name(name: &str) -> bool {
-    name == "Makefile"
-        || name == "Kbuild"
-        || name.starts_with("Makefile.")
-        || name.starts_with("Kbuild.")
-        || name.ends_with(".mk")
-}
-
-/// Kbuild files under `tree`, sorted, outside Documentation/ and tools/.
-pub fn kbuild_files(tree: &Path) -> Vec<PathBuf> {
-    read_kbuild_files(tree, &[]).0.into_iter().map(|(p, _)| p).collect()
-}
-
-/// Kbuild files under `tree` with their bytes, sorted by path, keeping only files that contain
-/// one of `needles` (all files when there are none); also the number of kbuild files read. The tree is split at its second level and
-/// walked by one walkdir per piece on every core, since a kernel tree has ~90k entries.
-pub fn read_kbuild_files(tree: &Path, needles: &[&str]) -> (Vec<(PathBuf, Vec<u8>)>, usize) {
-    let finders: Vec<memchr::memmem::Finder> =
-        needles.iter().map(|n| memchr::memmem::Finder::new(n.as_bytes())).collect();
-    let read = std::sync::atomic::AtomicUsize::new(0);
-    let wanted = |bytes: &[u8]| {
-        read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        finders.is_empty() || finders.iter().any(|f| f.find(bytes).is_some())
-    };
-    let mut shallow = Vec::new();
-    let mut pieces = Vec::new();
-    let top = WalkDir::new(tree)
-        .max_depth(2)
-        .into_iter()
-        .filter_entry(|e| e.depth() != 1 || !SKIPPED_TOP.contains(&e.file_name().to_str().unwrap_or("")));
-    for entry in top.filter_map(Result::ok) {
-        if entry.depth() == 2 && entry.file_type().is_dir() {
-            pieces.push(entry.into_path());
-        } else if entry.file_type().is_file() && entry.file_name().to_str().is_some_and(is_kbuild_name) {
-            shallow.push(entry.into_path());
-        }
-    }
-    let queue = std::sync::Mutex::new(pieces);
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let mut found: Vec<(PathBuf, Vec<u8>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut out = Vec::new();
-                    while let Some(dir) = queue.lock().ok().and_then(|mut q| q.pop()) {
-                        for entry in WalkDir::new(dir).into_iter().filter_map(Result::ok) {
-                            if entry.file_type().is_file() && entry.file_name().to_str().is_some_and(is_kbuild_name) {
-                                if let Ok(bytes) = std::fs::read(entry.path()) {
-                                    if wanted(&bytes) {
-                                        out.push((entry.into_path(), bytes));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    out
-                })
-            })
-            .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
-    });
-    for path in shallow {
-        if let Ok(bytes) = std::fs::read(&path) {
-            if wanted(&bytes) {
-                found.push((path, bytes));
-            }
-        }
-    }
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    (found, read.into_inner())
-}
-
 /// Words that every directive contains; files without any are not parsed at all.
 fn needles() -> Vec<&'static str> {
     MECHANISMS
@@ -156,7 +80,7 @@ pub fn scan(tree: &Path) -> Scan {
     let mut out = Scan::default();
     let mut units: Vec<ImportedUnit> = Vec::new();
     let mut index: HashMap<(String, Option<String>, Vec<String>), usize> = HashMap::new();
-    let (files, read) = read_kbuild_files(tree, &needles);
+    let (files, read) = makefile::read_kbuild_files(tree, &needles);
     out.files_read = read;
     for (path, bytes) in files {
         let text = match decode_kbuild(&path, bytes) {
@@ -321,21 +245,6 @@ fn stale(tree: &Path, units: &[ImportedUnit], taken: &[Taken], diags: &mut Diagn
                     .hint("the exemption does nothing: fix the object name or drop the unit"),
                 );
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kbuild_names() {
-        for n in ["Makefile", "Kbuild", "Makefile.modfinal", "Kbuild.include", "x.mk"] {
-            assert!(is_kbuild_name(n), "{n}");
-        }
-        for n in ["Makefile~", "foo.c", "Kconfig"] {
-            assert!(!is_kbuild_name(n), "{n}");
         }
     }
 }

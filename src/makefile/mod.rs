@@ -4,9 +4,11 @@
 
 mod condition;
 mod directive;
+mod tree;
 
 pub use condition::{CondKind, Condition};
 pub use directive::{classify, Directive, DirectiveValue};
+pub use tree::{is_kbuild_name, read_kbuild_files};
 
 /// Assignment operators of GNU make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

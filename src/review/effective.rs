@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::emit;
-use crate::generate::Plan;
+use crate::generate::{units_by_dir, Plan};
 use crate::kbuild::configs::{self, State};
 use crate::kbuild::Rules;
 use crate::makefile::{self, KbuildFile};
@@ -49,12 +49,7 @@ pub type Effective = BTreeMap<(String, MechId), Entry>;
 /// The kbuild file each directory of the policy would have: the planned tree file, or the
 /// generated block alone when there is no tree.
 pub fn dir_files(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> BTreeMap<String, KbuildFile> {
-    // Grouped in one pass: a policy of many units in many directories is not rescanned per directory.
-    let mut by_dir: BTreeMap<&str, Vec<&Unit>> = BTreeMap::new();
-    for unit in &policy.units {
-        by_dir.entry(unit.path.kbuild_dir.as_str()).or_default().push(unit);
-    }
-    by_dir
+    units_by_dir(policy)
         .into_iter()
         .map(|(dir, units)| {
             let file = match plan.and_then(|p| p.files.get(dir)) {
