@@ -25,9 +25,10 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
                 options.runs =
                     it.next().and_then(|r| r.parse().ok()).filter(|r| *r > 0).ok_or("--runs needs a positive number")?
             }
+            "--no-hook" => options.no_hook = true,
             "-h" | "--help" => {
                 return Err(
-                    "usage: cargo xtask bench [--tree DIR] [--runs N]\n\nExample:\n  cargo xtask bench --runs 21"
+                    "usage: cargo xtask bench [--tree DIR] [--runs N] [--no-hook]\n\nExample:\n  cargo xtask bench --runs 21"
                         .into(),
                 )
             }
