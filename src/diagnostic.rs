@@ -307,11 +307,69 @@ impl Sources {
     }
 }
 
+/// Text as it may be printed to a terminal: a control character from the input (a lone `\r`,
+/// an escape sequence, a NUL, a C1 control) would move the cursor or recolour the screen and
+/// hide the very byte the diagnostic points at, so each is shown visibly: a C0 control as its
+/// Unicode control picture (`␍`, `␛`), a C1 control as `\u{85}`. Newlines, tabs and the `\r`
+/// of a CRLF stay, so lines and columns keep their meaning.
+#[derive(Debug)]
+struct Displayable {
+    text: String,
+    /// For every replaced character: its byte offset in the original and how many bytes the
+    /// shown text has grown by up to and including it, ascending.
+    growth: Vec<(usize, usize)>,
+}
+
+impl Displayable {
+    fn new(original: &str) -> Displayable {
+        let mut text = String::with_capacity(original.len());
+        let mut growth = Vec::new();
+        let mut grown = 0;
+        let bytes = original.as_bytes();
+        for (i, c) in original.char_indices() {
+            let crlf = c == '\r' && bytes.get(i + 1) == Some(&b'\n');
+            match visible(c).filter(|_| !crlf) {
+                Some(shown) => {
+                    grown += shown.len() - c.len_utf8();
+                    growth.push((i, grown));
+                    text.push_str(&shown);
+                }
+                None => text.push(c),
+            }
+        }
+        Displayable { text, growth }
+    }
+
+    /// A span of the original text, moved to where the same bytes sit in the shown text.
+    fn span(&self, span: Range<usize>) -> Range<usize> {
+        let shift = |offset: usize| match self.growth.partition_point(|&(at, _)| at < offset) {
+            0 => offset,
+            n => offset + self.growth[n - 1].1,
+        };
+        shift(span.start)..shift(span.end)
+    }
+}
+
+/// A message, label or note as it may be printed (see [`Displayable`]).
+fn shown(text: &str) -> String {
+    Displayable::new(text).text
+}
+
+fn visible(c: char) -> Option<String> {
+    match c {
+        '\n' | '\t' => None,
+        '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).map(String::from),
+        '\u{7f}' => Some('\u{2421}'.to_string()),
+        c if c.is_control() => Some(c.escape_unicode().to_string()),
+        _ => None,
+    }
+}
+
 /// Render diagnostics the way rustc and cargo-deny do: code, message, `┌─ file:line:col`,
 /// the source line with a caret, then the hint.
 pub fn render(diags: &Diagnostics, sources: &mut Sources, color: bool) -> String {
     let mut files = SimpleFiles::new();
-    let mut ids: HashMap<PathBuf, usize> = HashMap::new();
+    let mut ids: HashMap<PathBuf, (usize, Displayable)> = HashMap::new();
     let mut buffer = if color { Buffer::ansi() } else { Buffer::no_color() };
     let config = term::Config::default();
     for d in diags.iter() {
@@ -320,31 +378,32 @@ pub fn render(diags: &Diagnostics, sources: &mut Sources, color: bool) -> String
             Severity::Warning => CsDiagnostic::warning(),
         }
         .with_code(d.code.as_str())
-        .with_message(&d.message);
+        .with_message(shown(&d.message));
         if let Some(loc) = d.location.as_ref().filter(|l| l.line > 0) {
             if let Some(text) = sources.get(&loc.path) {
-                let id = *ids
-                    .entry(loc.path.clone())
-                    .or_insert_with(|| files.add(loc.path.display().to_string(), text.to_string()));
-                let label = Label::primary(id, loc.span.clone());
+                let (id, display) = ids.entry(loc.path.clone()).or_insert_with(|| {
+                    let display = Displayable::new(text);
+                    (files.add(shown(&loc.path.display().to_string()), display.text.clone()), display)
+                });
+                let label = Label::primary(*id, display.span(loc.span.clone()));
                 cs = cs.with_labels(vec![match &d.label {
-                    Some(l) => label.with_message(l),
+                    Some(l) => label.with_message(shown(l)),
                     None => label,
                 }]);
             } else {
-                cs = cs.with_notes(vec![format!("at {loc}")]);
+                cs = cs.with_notes(vec![shown(&format!("at {loc}"))]);
             }
         } else if let Some(loc) = &d.location {
-            cs = cs.with_notes(vec![format!("in {loc}")]);
+            cs = cs.with_notes(vec![shown(&format!("in {loc}"))]);
         }
         if let Some(hint) = &d.hint {
             // `with_notes` appends (codespan-reporting 0.12): pass only the new note.
-            cs = cs.with_notes(vec![format!("help: {hint}")]);
+            cs = cs.with_notes(vec![shown(&format!("help: {hint}"))]);
         }
         if term::emit(&mut buffer, &config, &files, &cs).is_err() {
             // A span outside its file (the file changed since): fall back to one line.
             use std::io::Write;
-            let _ = writeln!(buffer, "{}", d.one_line());
+            let _ = writeln!(buffer, "{}", shown(&d.one_line()));
         }
     }
     String::from_utf8_lossy(buffer.as_slice()).into_owned()
@@ -370,6 +429,38 @@ mod tests {
     fn bad_input_and_findings_are_told_apart() {
         assert!(Code::UnknownMechanism.is_bad_input());
         assert!(!Code::RecursionProne.is_bad_input());
+    }
+
+    #[test]
+    fn control_characters_are_shown_as_pictures_and_spans_follow_them() {
+        let shown = Displayable::new("a\rb\x1b[31mc\r\nd\te");
+        assert_eq!(shown.text, "a\u{240d}b\u{241b}[31mc\r\nd\te");
+        // `c` is byte 8 of the original; the two pictures before it add 2 bytes each.
+        assert_eq!(&shown.text[shown.span(8..9)], "c");
+        assert_eq!(&shown.text[shown.span(1..2)], "\u{240d}");
+        assert_eq!(shown.span(0..1), 0..1);
+        let c1 = Displayable::new("x\u{85}y");
+        assert_eq!(c1.text, "x\\u{85}y");
+        assert_eq!(&c1.text[c1.span(3..4)], "y");
+        assert_eq!(&c1.text[c1.span(1..3)], "\\u{85}");
+    }
+
+    #[test]
+    fn rendered_snippet_holds_no_raw_control_character() {
+        let path = Path::new("p.toml");
+        let text = "a = 1\nx = \"\x1b[2J\r\"\n";
+        let mut diags = Diagnostics::default();
+        diags.push(Diagnostic::error(Code::TomlSyntax, "bad").at(Location::from_span(path, text, 15..16)));
+        let mut sources = Sources::default();
+        sources.insert(path, text);
+        let out = render(&diags, &mut sources, false);
+        assert!(!out.contains('\x1b') && !out.contains('\r'), "{out:?}");
+        assert!(out.contains("x = \"\u{241b}[2J\u{240d}\""), "{out}");
+        // The caret sits under the carriage return's picture: column 11 of the shown line.
+        let line = out.lines().find(|l| l.contains("x = ")).unwrap();
+        let caret = out.lines().skip_while(|l| !l.contains("x = ")).nth(1).unwrap();
+        let at = |s: &str, c: char| s.chars().position(|x| x == c).unwrap();
+        assert_eq!(at(caret, '^'), at(line, '\u{240d}'), "{out}");
     }
 
     #[test]

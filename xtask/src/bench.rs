@@ -15,6 +15,14 @@ pub struct Options {
     pub no_hook: bool,
 }
 
+pub const USAGE: &str = "usage: cargo xtask bench [--tree DIR] [--runs N] [--no-hook]
+
+Times import, gen-makefiles --check and the pre-commit hook against ripgrep in the same run
+and prints medians and ratios.
+
+Example:
+  cargo xtask bench --runs 21";
+
 pub fn parse(args: &[String]) -> Result<Options, String> {
     let mut options = Options { tree: None, runs: 11, no_hook: false };
     let mut it = args.iter();
@@ -26,13 +34,7 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
                     it.next().and_then(|r| r.parse().ok()).filter(|r| *r > 0).ok_or("--runs needs a positive number")?
             }
             "--no-hook" => options.no_hook = true,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: cargo xtask bench [--tree DIR] [--runs N] [--no-hook]\n\nExample:\n  cargo xtask bench --runs 21"
-                        .into(),
-                )
-            }
-            other => return Err(format!("unexpected argument `{other}`")),
+            other => return Err(format!("unexpected argument `{other}`\n\n{USAGE}")),
         }
     }
     Ok(options)

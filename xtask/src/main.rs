@@ -1,7 +1,8 @@
 //! `cargo xtask`: the same commands as `sanpolicy`, with this repository's defaults
-//! (`policy/linux.toml`, no tree, fragments into `target/sanpolicy/fragments`), plus `bench`.
+//! (`policy/linux.toml`, no tree, fragments into `target/sanpolicy/fragments`), plus `bench` and `fuzz`.
 
 mod bench;
+mod fuzz;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,17 +11,37 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
+/// Run one of xtask's own commands: `--help` prints its usage, a usage error exits 2, a run
+/// that finds something (a fuzzing finding) exits 1.
+fn own_command<O>(
+    args: &[String],
+    usage: &str,
+    parse: fn(&[String]) -> Result<O, String>,
+    run: impl FnOnce(O) -> Result<bool, String>,
+) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{usage}");
+        return ExitCode::SUCCESS;
+    }
+    match parse(args).and_then(run) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("bench") {
-        return match bench::parse(&args[1..]).and_then(|o| bench::bench(&repo_root(), o)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(2)
-            }
-        };
+    let root = repo_root();
+    match args.first().map(String::as_str) {
+        Some("bench") => own_command(&args[1..], bench::USAGE, bench::parse, |o| bench::bench(&root, o).map(|()| true)),
+        Some("fuzz") => own_command(&args[1..], fuzz::USAGE, fuzz::parse, |o| fuzz::fuzz(&root, o)),
+        _ => {
+            let args = std::iter::once("cargo xtask".to_string()).chain(args);
+            ExitCode::from(sanpolicy::cli::main(args, &sanpolicy::cli::Defaults::xtask(&root)))
+        }
     }
-    let args = std::iter::once("cargo xtask".to_string()).chain(args);
-    ExitCode::from(sanpolicy::cli::main(args, &sanpolicy::cli::Defaults::xtask(&repo_root())))
 }
