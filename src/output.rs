@@ -51,13 +51,49 @@ fn stage(path: &Path, contents: &str, created: &mut Vec<PathBuf>) -> io::Result<
     created.extend(dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(Path::to_path_buf));
     fs::create_dir_all(dir)?;
     let permissions = fs::metadata(path).ok().map(|m| m.permissions());
-    let mut tmp = tempfile::Builder::new().prefix(".sanpolicy-").suffix(".tmp").tempfile_in(dir)?;
+    let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
+    let mut tmp = tempfile::Builder::new().prefix(&prefix).suffix(TEMP_SUFFIX).tempfile_in(dir)?;
     tmp.write_all(contents.as_bytes())?;
     if let Some(p) = permissions {
         fs::set_permissions(tmp.path(), p)?;
     }
     tmp.as_file().sync_all()?;
     Ok(tmp)
+}
+
+/// Temporary files are `.sanpolicy-<pid>-<random>.tmp`: the pid tells a later run whether
+/// the run that staged one is still going.
+const TEMP_PREFIX: &str = ".sanpolicy-";
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// Temporary files in `dir` left by a run that was killed between staging and renaming (its
+/// process is gone). A kernel tree's `.gitignore` hides dotfiles, so nobody would notice them.
+/// Files of a live process (a run going on beside this one) are never listed; without `/proc`
+/// nothing is.
+fn leftovers(dir: &Path) -> Vec<PathBuf> {
+    if !Path::new("/proc/self").exists() {
+        return Vec::new();
+    }
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else { return false };
+            let Some((pid, tail)) = rest.split_once('-') else { return false };
+            let ours = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) && tail.ends_with(TEMP_SUFFIX);
+            ours && !Path::new("/proc").join(pid).exists() && e.file_type().is_ok_and(|t| t.is_file())
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Remove [`leftovers`] from the directories of `written`, best effort, after a run succeeded.
+fn sweep_leftovers(written: &[PathBuf]) -> usize {
+    let mut dirs: Vec<&Path> = written.iter().filter_map(|p| p.parent()).collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs.into_iter().flat_map(leftovers).filter(|t| fs::remove_file(t).is_ok()).count()
 }
 
 /// Rename a staged file over its target, then sync the directory so the rename is durable.
@@ -126,7 +162,8 @@ pub fn apply(changes: &[Change]) -> io::Result<Vec<PathBuf>> {
 /// 2. every new text is staged in a synced temporary file beside its target; any failure
 ///    removes the temporary files (and directories created for them) and changes nothing;
 /// 3. the staged files are renamed over their targets and removals done. A failure here (or a
-///    kill) leaves each file either old or new, never mixed; the error names what was written.
+///    kill) leaves each file either old or new, never mixed; the error names what was written;
+/// 4. temporary files that an earlier, killed run left beside the files written are removed.
 pub fn apply_with(changes: &[Change], hook: &mut dyn FnMut(Step<'_>) -> io::Result<()>) -> io::Result<Vec<PathBuf>> {
     let changes: Vec<&Change> = changes.iter().filter(|c| !c.is_noop()).collect();
     if let Some(d) = preflight(changes.iter().copied()).iter().next() {
@@ -174,6 +211,7 @@ pub fn apply_with(changes: &[Change], hook: &mut dyn FnMut(Step<'_>) -> io::Resu
         }
         done.push(c.path.clone());
     }
+    sweep_leftovers(&done);
     Ok(done)
 }
 
@@ -189,6 +227,30 @@ fn remove_created(mut created: Vec<PathBuf>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_temporaries_of_dead_processes_are_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        // pid_max is at most 2^22 on Linux: this pid cannot be running.
+        let dead = format!(".sanpolicy-{}-a1b2c3.tmp", 1u64 << 40);
+        let live = format!(".sanpolicy-{}-a1b2c3.tmp", std::process::id());
+        let keep = [live.as_str(), ".sanpolicy-x-1.tmp", ".sanpolicy-123-1.txt", "Makefile", ".sanpolicy-.tmp"];
+        for name in keep.iter().chain([&dead.as_str()]) {
+            fs::write(dir.path().join(name), "x").unwrap();
+        }
+        assert_eq!(leftovers(dir.path()), [dir.path().join(&dead)]);
+        apply(&[Change {
+            path: dir.path().join("Makefile"),
+            display: "Makefile".into(),
+            old: Some("x".into()),
+            new: Some("y".into()),
+        }])
+        .unwrap();
+        assert!(!dir.path().join(&dead).exists());
+        for name in keep {
+            assert!(dir.path().join(name).exists(), "{name} was removed");
+        }
+    }
 
     #[test]
     fn atomic_write_keeps_mode_and_leaves_no_temp_file() {

@@ -212,7 +212,7 @@ const CHILD_STEP: &str = "SANPOLICY_FAULT_CHILD_STEP";
 
 /// A run killed at each step: the test runs itself as a child process that applies the plan
 /// and exits on the spot (no destructor runs, as with a kill) at step `n`. Every file is then
-/// old or new; temporary files may be left; a rerun finishes the job.
+/// old or new; temporary files may be left; a rerun finishes the job and removes them.
 #[test]
 fn a_run_killed_part_way_leaves_each_file_old_or_new() {
     if let (Ok(tree), Ok(step)) = (std::env::var(CHILD_TREE), std::env::var(CHILD_STEP)) {
@@ -236,6 +236,8 @@ fn a_run_killed_part_way_leaves_each_file_old_or_new() {
         assert_eq!(left.len(), n.min(3) - n.saturating_sub(3), "killed at step {n}: {left:?}");
         output::apply(&changes).unwrap();
         assert_eq!(states(&changes), ["new"; 3], "rerun after a kill at step {n}");
+        // The rerun also removed what the killed run left.
+        assert_eq!(temporaries(tree.path()), Vec::<String>::new(), "rerun after a kill at step {n}");
     }
 }
 
