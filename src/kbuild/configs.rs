@@ -76,10 +76,64 @@ fn is_own_guard(text: &str, mech_config: &str) -> bool {
     text == format!("ifdef {mech_config}") || text == format!("ifndef {mech_config}")
 }
 
-/// Whether any line of `file` can decide `id` (else every object has the tree's default).
-pub fn touches(file: &KbuildFile, rules: &Rules, id: MechId) -> bool {
-    let read = rules.reads(id);
-    file.directives().any(|(_, d)| read.contains(&d.mech))
+/// What a file's lines are for one mechanism, found once per file so that a directory with
+/// thousands of objects is not rescanned per object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lines {
+    /// Some line can decide the mechanism (else every object has the tree's default).
+    pub touched: bool,
+    /// Some line inside a condition other than the mechanism's own option can decide every
+    /// object (a directory-wide line, or a per-file name that still holds a variable).
+    conditional_everywhere: bool,
+    /// The per-file names (stems) that such conditional lines decide. Only objects they can
+    /// decide may have more than one configuration.
+    conditional_stems: std::collections::HashSet<String>,
+}
+
+impl Lines {
+    pub fn of(file: &KbuildFile, rules: &Rules, id: MechId, preset: &[(String, String)]) -> Lines {
+        let read = rules.reads(id);
+        let mech_config = id.get().config;
+        let naming = rules.naming(id);
+        let mut lines = Lines { touched: false, conditional_everywhere: false, conditional_stems: Default::default() };
+        for (i, d) in file.directives().filter(|(_, d)| read.contains(&d.mech)) {
+            lines.touched = true;
+            if !file.assignments[i].frames.iter().any(|f| !is_own_guard(&f.condition.text, mech_config)) {
+                continue;
+            }
+            match d.object.as_deref() {
+                Some(o) if !o.contains("$(") => {
+                    lines.conditional_stems.insert(naming.stem(&substitute(o, preset)));
+                }
+                _ => lines.conditional_everywhere = true,
+            }
+        }
+        lines
+    }
+
+    /// Whether a conditional line can decide `object`.
+    fn conditional_for(&self, rules: &Rules, id: MechId, object: &str) -> bool {
+        self.conditional_everywhere || self.conditional_stems.contains(&rules.naming(id).stem(object))
+    }
+}
+
+fn substitute(text: &str, preset: &[(String, String)]) -> String {
+    preset.iter().fold(text.to_string(), |t, (n, v)| t.replace(&format!("$({n})"), v))
+}
+
+/// Whether a line naming `line_object` (`None`: directory-wide) can decide one of the objects
+/// whose per-file names are `stems` (`None`: all objects). A name still holding a variable
+/// after `preset` is substituted may be any object.
+fn may_decide(
+    line_object: Option<&str>,
+    stems: Option<&[String]>,
+    naming: crate::kbuild::Naming,
+    preset: &[(String, String)],
+) -> bool {
+    match (line_object, stems) {
+        (Some(o), Some(stems)) => o.contains("$(") || stems.contains(&naming.stem(&substitute(o, preset))),
+        _ => true,
+    }
 }
 
 /// The conditions enclosing the lines that can decide `id` for `objects` (all objects when
@@ -94,15 +148,11 @@ pub fn guards(
     let mech_config = id.get().config;
     let read = rules.reads(id);
     let naming = rules.naming(id);
-    let substitute = |text: &str| preset.iter().fold(text.to_string(), |t, (n, v)| t.replace(&format!("$({n})"), v));
     let stems: Option<Vec<String>> = objects.map(|os| os.iter().map(|o| naming.stem(o)).collect());
     let mut guards: Vec<String> = file
         .directives()
         .filter(|(_, d)| read.contains(&d.mech))
-        .filter(|(_, d)| match (&d.object, &stems) {
-            (Some(o), Some(stems)) => stems.contains(&naming.stem(&substitute(o))) || o.contains("$("),
-            _ => true,
-        })
+        .filter(|(_, d)| may_decide(d.object.as_deref(), stems.as_deref(), naming, preset))
         .flat_map(|(i, _)| file.assignments[i].frames.iter().map(|f| f.condition.text.clone()))
         .filter(|g| !is_own_guard(g, mech_config))
         .collect();
@@ -134,27 +184,7 @@ pub fn across_with(
     kernel_object: bool,
     preset: &[(String, String)],
 ) -> Option<Vec<Vec<Outcome>>> {
-    rules.decision(id)?;
-    let guards = guards(file, rules, id, Some(objects), preset);
-    let mech_config = id.get().config;
-    let mut out = Vec::with_capacity(1 << guards.len());
-    for bits in 0u32..(1 << guards.len()) {
-        let fixed: HashMap<String, bool> =
-            guards.iter().enumerate().map(|(i, g)| (g.clone(), bits & (1 << i) != 0)).collect();
-        let mut env = instrumented_env();
-        for (name, value) in preset {
-            env.set(name, value);
-        }
-        env.run(file, &mut Fixed { fixed: &fixed, mech_config });
-        let assignment: Vec<(String, bool)> = guards.iter().map(|g| (g.clone(), fixed[g])).collect();
-        let row = objects
-            .iter()
-            .filter_map(|o| evaluate(rules, id, o, &env, kernel_object))
-            .map(|eval| Outcome { guards: assignment.clone(), eval })
-            .collect();
-        out.push(row);
-    }
-    Some(out)
+    Prepared::new(file, preset).across(rules, id, objects, kernel_object)
 }
 
 /// The state of one object over all configurations.
@@ -171,43 +201,91 @@ pub fn state_with(
     kernel_object: bool,
     preset: &[(String, String)],
 ) -> Option<State> {
-    let rows = across_with(file, rules, id, &[object.to_string()], kernel_object, preset)?;
-    let outcomes: Vec<Outcome> = rows.into_iter().flatten().collect();
-    Some(if outcomes.iter().all(|o| o.eval.on) {
-        State::On
-    } else if outcomes.iter().all(|o| !o.eval.on) {
-        State::Off
-    } else {
-        State::Depends(influential(outcomes))
-    })
+    Prepared::new(file, preset).state(rules, id, object, kernel_object)
 }
 
-/// [`state_with`] reusing `base`, the file already run in the instrumented environment with
-/// normal evaluation (and `preset`): when no condition guards the deciding lines, that run is
-/// the only configuration, so one run serves every mechanism of an object.
-pub fn state_in(
-    file: &KbuildFile,
-    rules: &Rules,
-    id: MechId,
-    object: &str,
-    preset: &[(String, String)],
-    base: &Env,
-) -> Option<State> {
-    if !guards(file, rules, id, Some(&[object.to_string()]), preset).is_empty() {
-        return state_with(file, rules, id, object, true, preset);
-    }
-    let on = evaluate(rules, id, object, base, true)?.on;
-    Some(if on { State::On } else { State::Off })
+/// Variables set before a file is run (values for `$(BITS)` in names).
+pub type Preset = Vec<(String, String)>;
+
+/// A run of a file: the mechanism option taken as set, and each guard with its fixed value.
+type RunKey = (&'static str, Vec<(String, bool)>);
+
+/// A kbuild file (with variables preset) ready to evaluate many of its objects: what its lines
+/// are per mechanism, and the file run once per configuration, are kept, so a directory of
+/// thousands of objects costs that many lookups rather than that many runs over the file.
+pub struct Prepared<'f> {
+    file: &'f KbuildFile,
+    preset: Preset,
+    lines: HashMap<MechId, Lines>,
+    runs: HashMap<RunKey, Env>,
 }
 
-/// The instrumented environment with `preset`, after running `file` with normal evaluation.
-pub fn base_env(file: &KbuildFile, preset: &[(String, String)]) -> Env {
-    let mut env = instrumented_env();
-    for (name, value) in preset {
-        env.set(name, value);
+impl<'f> Prepared<'f> {
+    pub fn new(file: &'f KbuildFile, preset: &[(String, String)]) -> Prepared<'f> {
+        Prepared { file, preset: preset.to_vec(), lines: HashMap::new(), runs: HashMap::new() }
     }
-    env.run(file, &mut Evaluate);
-    env
+
+    /// What the file's lines are for `id`.
+    pub fn lines(&mut self, rules: &Rules, id: MechId) -> &Lines {
+        self.lines.entry(id).or_insert_with(|| Lines::of(self.file, rules, id, &self.preset))
+    }
+
+    /// The state of `object` over all configurations; `None` when the tree does not read `id`.
+    pub fn state(&mut self, rules: &Rules, id: MechId, object: &str, kernel_object: bool) -> Option<State> {
+        let rows = self.across(rules, id, &[object.to_string()], kernel_object)?;
+        let outcomes: Vec<Outcome> = rows.into_iter().flatten().collect();
+        Some(if outcomes.iter().all(|o| o.eval.on) {
+            State::On
+        } else if outcomes.iter().all(|o| !o.eval.on) {
+            State::Off
+        } else {
+            State::Depends(influential(outcomes))
+        })
+    }
+
+    /// Evaluate each of `objects` in every configuration of the guards that can decide them.
+    /// Returns, per configuration, the outcome for every object in order.
+    pub fn across(
+        &mut self,
+        rules: &Rules,
+        id: MechId,
+        objects: &[String],
+        kernel_object: bool,
+    ) -> Option<Vec<Vec<Outcome>>> {
+        rules.decision(id)?;
+        self.lines(rules, id);
+        let lines = &self.lines[&id];
+        let conditional = objects.iter().any(|o| lines.conditional_for(rules, id, o));
+        let guards = if conditional { guards(self.file, rules, id, Some(objects), &self.preset) } else { Vec::new() };
+        let mut out = Vec::with_capacity(1 << guards.len());
+        for bits in 0u32..(1 << guards.len()) {
+            let assignment: Vec<(String, bool)> =
+                guards.iter().enumerate().map(|(i, g)| (g.clone(), bits & (1 << i) != 0)).collect();
+            let env = self.run(id.get().config, &assignment);
+            let row = objects
+                .iter()
+                .filter_map(|o| evaluate(rules, id, o, env, kernel_object))
+                .map(|eval| Outcome { guards: assignment.clone(), eval })
+                .collect();
+            out.push(row);
+        }
+        Some(out)
+    }
+
+    /// The file run in the instrumented environment with `mech_config` taken as set and the
+    /// guards of `assignment` fixed; every other condition evaluated normally.
+    fn run(&mut self, mech_config: &'static str, assignment: &[(String, bool)]) -> &Env {
+        let (file, preset) = (self.file, &self.preset);
+        self.runs.entry((mech_config, assignment.to_vec())).or_insert_with(|| {
+            let fixed: HashMap<String, bool> = assignment.iter().cloned().collect();
+            let mut env = instrumented_env();
+            for (name, value) in preset {
+                env.set(name, value);
+            }
+            env.run(file, &mut Fixed { fixed: &fixed, mech_config });
+            env
+        })
+    }
 }
 
 /// Drop guards whose value never changes the result, and the duplicate rows that leaves, so

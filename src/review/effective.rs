@@ -66,30 +66,27 @@ pub fn dir_files(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> BTreeMa
 pub fn compute(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> Effective {
     let files = dir_files(policy, rules, plan);
     let mut out = Effective::new();
-    // With no line in the file, every object of a mechanism has the same (default) state.
-    // Units of one directory share the file, so they share its evaluated variables.
-    let mut bases: BTreeMap<(String, Vec<(String, String)>), crate::kbuild::Env> = BTreeMap::new();
+    // Units of one directory share its file: its lines and runs are prepared once per preset.
+    let mut prepared: BTreeMap<(&str, configs::Preset), configs::Prepared> = BTreeMap::new();
     let defaults: BTreeMap<MechId, Option<State>> =
         MechId::all().map(|id| (id, configs::state(&KbuildFile::default(), rules, id, ANY_OBJECT, true))).collect();
     let explaining = Explaining::new(policy);
     for (index, unit) in policy.units.iter().enumerate() {
         let Some(file) = files.get(&unit.path.kbuild_dir) else { continue };
         for (shown, site) in variants(unit) {
-            let base = bases
-                .entry((site.dir.clone(), site.preset.clone()))
-                .or_insert_with(|| configs::base_env(file, &site.preset));
+            let file = prepared
+                .entry((unit.path.kbuild_dir.as_str(), site.preset.clone()))
+                .or_insert_with(|| configs::Prepared::new(file, &site.preset));
             for id in MechId::all() {
                 if out.contains_key(&(shown.clone(), id)) {
                     continue;
                 }
-                let default = &defaults[&id];
-                if !unit.settings.contains_key(&id) && !configs::touches(file, rules, id) {
+                // With no line for it in the file, an object has the (default) state.
+                if !unit.settings.contains_key(&id) && !file.lines(rules, id).touched {
                     continue;
                 }
-                let Some(state) = configs::state_in(file, rules, id, &site.object, &site.preset, base) else {
-                    continue;
-                };
-                if Some(&state) != default.as_ref() || unit.settings.contains_key(&id) {
+                let Some(state) = file.state(rules, id, &site.object, true) else { continue };
+                if Some(&state) != defaults[&id].as_ref() || unit.settings.contains_key(&id) {
                     let explaining = explaining.unit(unit, id).or(Some(index));
                     out.insert((shown.clone(), id), Entry { state, unit: explaining, at: site.clone() });
                 }
