@@ -219,7 +219,7 @@ fn first_instrumented(req: &Requirement, id: MechId, file: &KbuildFile, rules: &
         }
     };
     objects.dedup();
-    let rows = configs::across(file, rules, id, &objects, true)?;
+    let rows = configs::Prepared::new(file, &[]).across(rules, id, &objects, true)?;
     let (object, outcome) = rows.iter().find_map(|row| objects.iter().zip(row).find(|(_, o)| o.eval.on))?;
     let conditions = outcome.guards.iter().map(|(g, v)| format!("`{g}` is {v}")).collect();
     let object = if req.path.object.is_some() { "it".to_string() } else { format!("`{}{object}`", req.path.text) };

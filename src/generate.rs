@@ -79,21 +79,12 @@ pub fn decode_kbuild(path: &Path, bytes: Vec<u8>) -> Result<String, Box<Diagnost
     Ok(text)
 }
 
-/// The policy's units grouped by the directory whose kbuild file holds their lines.
-pub fn units_by_dir(policy: &Policy) -> BTreeMap<&str, Vec<&Unit>> {
-    let mut map: BTreeMap<&str, Vec<&Unit>> = BTreeMap::new();
-    for u in &policy.units {
-        map.entry(u.path.kbuild_dir.as_str()).or_default().push(u);
-    }
-    map
-}
-
 /// Plan writing the policy's blocks into `tree`. With `sweep`, the whole tree is also searched for
 /// blocks in directories the policy no longer names (they are removed); without it only the
 /// policy's own directories are read, which is what a fast drift check needs.
 pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: bool) -> Plan {
     let mut plan = Plan::default();
-    let by_dir = units_by_dir(policy);
+    let by_dir = policy.units_by_dir();
     let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
     for (dir, units) in &by_dir {
         // A directory whose units conflict has no well-defined block to plan.
@@ -270,7 +261,7 @@ fn files_with_blocks(tree: &Path) -> Vec<PathBuf> {
 /// fragments of directories the policy no longer names.
 pub fn plan_fragments(policy: &Policy, rules: &Rules, out: &Path, command: &str, policy_name: &str) -> Plan {
     let mut plan = Plan::default();
-    let by_dir = units_by_dir(policy);
+    let by_dir = policy.units_by_dir();
     let mut wanted = Vec::new();
     for (dir, units) in &by_dir {
         if conflicts(units, rules, &mut plan.diags) {

@@ -89,11 +89,11 @@ fn leftovers(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Remove [`leftovers`] from the directories of `written`, best effort, after a run succeeded.
-fn sweep_leftovers(written: &[PathBuf]) -> usize {
-    let mut dirs: Vec<&Path> = written.iter().filter_map(|p| p.parent()).collect();
-    dirs.sort();
-    dirs.dedup();
-    dirs.into_iter().flat_map(leftovers).filter(|t| fs::remove_file(t).is_ok()).count()
+fn sweep_leftovers(written: &[PathBuf]) {
+    let dirs: std::collections::BTreeSet<&Path> = written.iter().filter_map(|p| p.parent()).collect();
+    for leftover in dirs.into_iter().flat_map(leftovers) {
+        let _ = fs::remove_file(leftover);
+    }
 }
 
 /// Rename a staged file over its target, then sync the directory so the rename is durable.

@@ -542,8 +542,7 @@ fn check_policy(text: &str) -> Result<(), TestCaseError> {
     }
     // A policy without errors renders blocks that read back as its units.
     let rules = builtin();
-    for dir in parsed.directories() {
-        let units: Vec<&Unit> = parsed.units_in(dir).collect();
+    for (_, units) in parsed.units_by_dir() {
         let block = emit::render_block(&units, rules);
         let file = makefile::parse(&block);
         prop_assert!(file.marker_problems.is_empty(), "{:?}\n{}", file.marker_problems, block);

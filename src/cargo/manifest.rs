@@ -111,7 +111,7 @@ fn build(p: &ProfileTables, position: isize, user_prefix: &str, policy: &str) ->
     for (key, on) in &p.keys {
         t.insert(key, Item::Value((*on).into()));
     }
-    if p.build_override {
+    if p.build_override() {
         let mut b = Table::new();
         b.insert("rustflags", Item::Value(Value::Array(Array::new())));
         b.decor_mut().set_prefix(format!(
@@ -299,20 +299,6 @@ fn add_feature(doc: &mut DocumentMut, path: &Path, diags: &mut Diagnostics) {
     }
 }
 
-/// Names of the profiles the manifest holds with a sanpolicy marker.
-pub fn owned_profiles(text: &str) -> Vec<String> {
-    let Ok(doc) = text.parse::<DocumentMut>() else { return Vec::new() };
-    doc.get("profile")
-        .and_then(Item::as_table)
-        .map(|t| {
-            t.iter()
-                .filter(|(_, i)| i.as_table().is_some_and(|t| marker_checksum(t).is_some()))
-                .map(|(n, _)| n.to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,7 +311,6 @@ mod tests {
             rustflags: rustflags.then(|| vec!["-Zsanitizer=address".into()]),
             keys: vec![],
             target_modifiers: vec![],
-            build_override: rustflags,
             packages: vec![PackageTable {
                 key: "x@1.0.0".into(),
                 rustflags: rustflags.then(Vec::new),

@@ -105,8 +105,8 @@ pub fn plan(policy: &Policy, policy_path: &Path, dir: &Path, options: &Options) 
     let (resolved, resolve_diags) = plan::resolve(policy, &workspace);
     diags.extend(resolve_diags);
     let tables: Vec<ProfileTables> = profiles.iter().map(|p| plan::tables(p, &resolved)).collect();
-    let scan = scan::scan(&workspace);
-    diags.extend(scan.diags.clone());
+    let mut scan = scan::scan(&workspace);
+    diags.extend(std::mem::take(&mut scan.diags));
     if diags.has_bad_input() {
         return Ok(CargoPlan { workspace, profiles: tables, change: None, scan, diags });
     }

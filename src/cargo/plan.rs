@@ -120,9 +120,6 @@ pub struct ProfileTables {
     pub keys: Vec<(&'static str, bool)>,
     /// Target-modifier sanitizers in play: every `rustflags` carries [`ABI_MISMATCH_FLAG`].
     pub target_modifiers: Vec<RustMechId>,
-    /// `[profile.<name>.build-override] rustflags = []`: build scripts and proc-macros run on
-    /// the host during the build and are never instrumented.
-    pub build_override: bool,
     pub packages: Vec<PackageTable>,
     /// Comment lines under the marker (the profile's reason, what it needs).
     pub comment: Vec<String>,
@@ -131,6 +128,12 @@ pub struct ProfileTables {
 impl ProfileTables {
     pub fn uses_rustflags(&self) -> bool {
         self.rustflags.is_some() || self.packages.iter().any(|p| p.rustflags.is_some())
+    }
+
+    /// `[profile.<name>.build-override] rustflags = []`, whenever the profile sets flags: build
+    /// scripts and proc-macros run on the host during the build and are never instrumented.
+    pub fn build_override(&self) -> bool {
+        self.rustflags.is_some()
     }
 }
 
@@ -178,19 +181,17 @@ fn names(ids: &[RustMechId]) -> String {
 
 /// The tables of `profile`, for the crates of `resolved`.
 pub fn tables(profile: &CargoProfile, resolved: &[Resolved]) -> ProfileTables {
-    let base: BTreeSet<RustMechId> = profile.enable.iter().copied().collect();
-    let mut target_modifiers: BTreeSet<RustMechId> = BTreeSet::new();
-    let mut consider = |on: &BTreeSet<RustMechId>| {
-        for id in on {
-            if let RustForm::Sanitizer { target_modifier: true, .. } = id.get().form {
-                target_modifiers.insert(*id);
-            }
-        }
-    };
-    consider(&base);
-    for r in resolved {
-        consider(&effective(profile, Some(r.entry)));
-    }
+    let base = effective(profile, None);
+    let ons: Vec<(&Resolved, BTreeSet<RustMechId>)> =
+        resolved.iter().map(|r| (r, effective(profile, Some(r.entry)))).collect();
+    let target_modifiers: Vec<RustMechId> = std::iter::once(&base)
+        .chain(ons.iter().map(|(_, on)| on))
+        .flatten()
+        .filter(|id| matches!(id.get().form, RustForm::Sanitizer { target_modifier: true, .. }))
+        .copied()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let abi = !target_modifiers.is_empty();
     let base_flags = rustflag_mechanisms(&base);
     let rustflags = (!base_flags.is_empty() || abi).then(|| flags(&base_flags, abi));
@@ -201,67 +202,71 @@ pub fn tables(profile: &CargoProfile, resolved: &[Resolved]) -> ProfileTables {
             _ => None,
         })
         .collect();
-    let mut packages = Vec::new();
-    for r in resolved {
-        let on = effective(profile, Some(r.entry));
-        let own_flags = rustflag_mechanisms(&on);
-        let rustflags = (own_flags != base_flags).then(|| flags(&own_flags, abi));
-        let keys: Vec<(&'static str, bool)> = r
-            .entry
-            .settings
-            .iter()
-            .filter_map(|(id, setting)| match id.get().form {
-                RustForm::ProfileKey { key } => Some((key, *setting == Setting::Force)),
-                _ => None,
-            })
-            .collect();
-        if rustflags.is_none() && keys.is_empty() {
-            continue;
-        }
-        let by = |s: Setting| r.entry.settings.iter().filter(|(_, v)| **v == s).map(|(k, _)| *k).collect::<Vec<_>>();
-        let (skip, force) = (by(Setting::Skip), by(Setting::Force));
-        let mut what = Vec::new();
-        if !skip.is_empty() {
-            what.push(format!("skip {}", names(&skip)));
-        }
-        if !force.is_empty() {
-            what.push(format!("force {}", names(&force)));
-        }
-        let mut comment = vec![format!("{} {}: {}", r.package.name, r.package.version, what.join("; "))];
-        comment.extend(comment_text(&r.entry.why));
-        comment.extend(r.entry.links.iter().map(|l| format!("see {l}")));
-        packages.push(PackageTable { key: r.key.clone(), rustflags, keys, comment });
-    }
-    let mut comment = Vec::new();
-    if let Some(why) = &profile.why {
-        comment.extend(comment_text(why));
-    }
-    comment.extend(profile.links.iter().map(|l| format!("see {l}")));
-    let uses_rustflags = rustflags.is_some() || packages.iter().any(|p| p.rustflags.is_some());
-    if uses_rustflags {
-        comment.push(
-            "`rustflags` in a profile and `-Z` flags are unstable: build with `RUSTC_BOOTSTRAP=1` or nightly.".into(),
-        );
-    }
-    let target_modifiers: Vec<RustMechId> = target_modifiers.into_iter().collect();
-    let build_override = rustflags.is_some();
-    if abi {
-        let titles: Vec<&str> = target_modifiers.iter().map(|id| id.get().title).collect();
-        comment
-            .push(format!("{} changes the ABI (a target modifier), so every crate here passes", titles.join(" and ")));
-        comment.push(format!("`{ABI_MISMATCH_FLAG}`: rustc would otherwise refuse to link instrumented"));
-        comment.push("crates with exempt ones and with the prebuilt, uninstrumented standard library.".into());
-    }
-    ProfileTables {
+    let packages = ons.iter().filter_map(|(r, on)| package_table(r, on, &base_flags, abi)).collect();
+    let mut tables = ProfileTables {
         name: profile.name.clone(),
         inherits: profile.inherits.clone(),
         rustflags,
         keys,
         target_modifiers,
-        build_override,
         packages,
-        comment,
+        comment: Vec::new(),
+    };
+    if let Some(why) = &profile.why {
+        tables.comment.extend(comment_text(why));
     }
+    tables.comment.extend(profile.links.iter().map(|l| format!("see {l}")));
+    if tables.uses_rustflags() {
+        tables.comment.push(
+            "`rustflags` in a profile and `-Z` flags are unstable: build with `RUSTC_BOOTSTRAP=1` or nightly.".into(),
+        );
+    }
+    if abi {
+        let titles: Vec<&str> = tables.target_modifiers.iter().map(|id| id.get().title).collect();
+        tables
+            .comment
+            .push(format!("{} changes the ABI (a target modifier), so every crate here passes", titles.join(" and ")));
+        tables.comment.push(format!("`{ABI_MISMATCH_FLAG}`: rustc would otherwise refuse to link instrumented"));
+        tables.comment.push("crates with exempt ones and with the prebuilt, uninstrumented standard library.".into());
+    }
+    tables
+}
+
+/// The package table of one crate entry, when it differs from the profile (`on`: what is on
+/// for the crate).
+fn package_table(
+    r: &Resolved,
+    on: &BTreeSet<RustMechId>,
+    base_flags: &BTreeSet<RustMechId>,
+    abi: bool,
+) -> Option<PackageTable> {
+    let own_flags = rustflag_mechanisms(on);
+    let rustflags = (&own_flags != base_flags).then(|| flags(&own_flags, abi));
+    let keys: Vec<(&'static str, bool)> = r
+        .entry
+        .settings
+        .iter()
+        .filter_map(|(id, setting)| match id.get().form {
+            RustForm::ProfileKey { key } => Some((key, *setting == Setting::Force)),
+            _ => None,
+        })
+        .collect();
+    if rustflags.is_none() && keys.is_empty() {
+        return None;
+    }
+    let by = |s: Setting| r.entry.settings.iter().filter(|(_, v)| **v == s).map(|(k, _)| *k).collect::<Vec<_>>();
+    let (skip, force) = (by(Setting::Skip), by(Setting::Force));
+    let mut what = Vec::new();
+    if !skip.is_empty() {
+        what.push(format!("skip {}", names(&skip)));
+    }
+    if !force.is_empty() {
+        what.push(format!("force {}", names(&force)));
+    }
+    let mut comment = vec![format!("{} {}: {}", r.package.name, r.package.version, what.join("; "))];
+    comment.extend(comment_text(&r.entry.why));
+    comment.extend(r.entry.links.iter().map(|l| format!("see {l}")));
+    Some(PackageTable { key: r.key.clone(), rustflags, keys, comment })
 }
 
 /// The crate entry (if any) of each package, by (name, version).

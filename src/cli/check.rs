@@ -79,7 +79,7 @@ fn workspace_findings(
         Ok(p) => p,
         Err(d) => return d,
     };
-    let mut diags = plan.diags.clone();
+    let mut diags = plan.diags;
     if let Some(c) = plan.change.as_ref().filter(|c| !c.is_noop()) {
         diags.push(
             Diagnostic::error(

@@ -60,12 +60,7 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
     };
     // Diagnostics name the policy as the user would type it: relative to the current directory.
     let policy_path = PathBuf::from(display(&policy_path));
-    if policy_path.is_dir() {
-        diags.push(
-            Diagnostic::error(Code::Io, format!("policy `{}` is a directory", policy_path.display()))
-                .hint("pass the policy file itself with `--policy FILE`"),
-        );
-    }
+    diags.0.extend(policy_problem(&policy_path));
     if diags.has_errors() {
         ui.report(&diags);
         return Err(EXIT_BAD_INPUT);
@@ -106,6 +101,15 @@ pub fn plan_for(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force:
 pub fn display(path: &Path) -> String {
     let cwd = std::env::current_dir().unwrap_or_default();
     path.strip_prefix(&cwd).unwrap_or(path).display().to_string()
+}
+
+/// Why `path` cannot be read as a policy before loading it: a directory (a missing file is
+/// reported by the loader, with the include chain).
+pub fn policy_problem(path: &Path) -> Option<Diagnostic> {
+    path.is_dir().then(|| {
+        Diagnostic::error(Code::Io, format!("policy `{}` is a directory", path.display()))
+            .hint("pass the policy file itself with `--policy FILE`")
+    })
 }
 
 /// Why `tree` cannot be used as a kernel tree, if it cannot.

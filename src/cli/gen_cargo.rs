@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::context::{display, Ui};
+use super::context::{display, policy_problem, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
 use crate::cargo::{self, CargoPlan, Options};
-use crate::diagnostic::{Code, Diagnostic, Diagnostics};
+use crate::diagnostic::Diagnostics;
 use crate::{output, policy};
 
 /// The policy's name inside a workspace when `--policy` is absent.
@@ -88,11 +88,8 @@ pub fn run(args: &GenCargoArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     };
     let policy_path = args.policy.clone().unwrap_or_else(|| dir.join(POLICY_IN_WORKSPACE));
     let mut diags = Diagnostics::default();
-    if policy_path.is_dir() {
-        diags.push(
-            Diagnostic::error(Code::Io, format!("policy `{}` is a directory", policy_path.display()))
-                .hint("pass the policy file itself with `--policy FILE`"),
-        );
+    if let Some(problem) = policy_problem(&policy_path) {
+        diags.push(problem);
         ui.report(&diags);
         return EXIT_BAD_INPUT;
     }
@@ -107,7 +104,7 @@ pub fn run(args: &GenCargoArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     diags.extend(policy_diags);
     let options = Options { profile: args.profile.clone(), force: args.force };
-    let plan = match cargo::plan(&policy, &policy_path, &dir, &options) {
+    let mut plan = match cargo::plan(&policy, &policy_path, &dir, &options) {
         Ok(p) => p,
         Err(d) => {
             diags.extend(d);
@@ -116,7 +113,7 @@ pub fn run(args: &GenCargoArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    diags.extend(plan.diags.clone());
+    diags.extend(std::mem::take(&mut plan.diags));
     let diags = diags.sorted();
     ui.report(&diags);
     if diags.has_bad_input() {

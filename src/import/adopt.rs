@@ -6,14 +6,13 @@ use std::collections::BTreeSet;
 
 use super::Taken;
 use crate::emit;
-use crate::generate::units_by_dir;
 use crate::kbuild::Rules;
 use crate::output::Change;
 use crate::policy::Policy;
 
 /// The changes that adopt `policy` (as parsed back from the imported text) in each file.
 pub fn adopt(taken: &[Taken], policy: &Policy, rules: &Rules, tree: &std::path::Path) -> Vec<Change> {
-    let by_dir = units_by_dir(policy);
+    let by_dir = policy.units_by_dir();
     taken
         .iter()
         .map(|t| {

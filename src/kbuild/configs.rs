@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use super::eval::{Env, Evaluate, Oracle};
 use super::resolve::{evaluate, instrumented_env, Evaluation};
-use super::rules::Rules;
+use super::rules::{Naming, Rules};
 use crate::makefile::{CondKind, Condition, KbuildFile};
 use crate::mechanism::MechId;
 
@@ -82,12 +82,11 @@ fn is_own_guard(text: &str, mech_config: &str) -> bool {
 pub struct Lines {
     /// Some line can decide the mechanism (else every object has the tree's default).
     pub touched: bool,
-    /// Some line inside a condition other than the mechanism's own option can decide every
-    /// object (a directory-wide line, or a per-file name that still holds a variable).
-    conditional_everywhere: bool,
-    /// The per-file names (stems) that such conditional lines decide. Only objects they can
-    /// decide may have more than one configuration.
-    conditional_stems: std::collections::HashSet<String>,
+    /// The conditions (other than the mechanism's own option) enclosing lines that can decide
+    /// every object: directory-wide lines, and per-file names still holding a variable.
+    everywhere: Vec<String>,
+    /// The conditions enclosing lines that name one object, by its per-file name (stem).
+    by_stem: HashMap<String, Vec<String>>,
 }
 
 impl Lines {
@@ -95,113 +94,46 @@ impl Lines {
         let read = rules.reads(id);
         let mech_config = id.get().config;
         let naming = rules.naming(id);
-        let mut lines = Lines { touched: false, conditional_everywhere: false, conditional_stems: Default::default() };
+        let mut lines = Lines { touched: false, everywhere: Vec::new(), by_stem: HashMap::new() };
         for (i, d) in file.directives().filter(|(_, d)| read.contains(&d.mech)) {
             lines.touched = true;
-            if !file.assignments[i].frames.iter().any(|f| !is_own_guard(&f.condition.text, mech_config)) {
+            let frames = file.assignments[i].frames.iter().map(|f| &f.condition.text);
+            let guards: Vec<String> = frames.filter(|g| !is_own_guard(g, mech_config)).cloned().collect();
+            if guards.is_empty() {
                 continue;
             }
             match d.object.as_deref() {
                 Some(o) if !o.contains("$(") => {
-                    lines.conditional_stems.insert(naming.stem(&substitute(o, preset)));
+                    lines.by_stem.entry(naming.stem(&substitute(o, preset))).or_default().extend(guards)
                 }
-                _ => lines.conditional_everywhere = true,
+                _ => lines.everywhere.extend(guards),
             }
         }
         lines
     }
 
-    /// Whether a conditional line can decide `object`.
-    fn conditional_for(&self, rules: &Rules, id: MechId, object: &str) -> bool {
-        self.conditional_everywhere || self.conditional_stems.contains(&rules.naming(id).stem(object))
+    /// The conditions enclosing the lines that can decide `objects`, sorted, at most
+    /// [`MAX_GUARDS`] of them.
+    fn guards(&self, naming: Naming, objects: &[String]) -> Vec<String> {
+        let mut guards = self.everywhere.clone();
+        for o in objects {
+            guards.extend(self.by_stem.get(&naming.stem(o)).into_iter().flatten().cloned());
+        }
+        guards.sort();
+        guards.dedup();
+        guards.truncate(MAX_GUARDS);
+        guards
     }
 }
 
-fn substitute(text: &str, preset: &[(String, String)]) -> String {
+/// `text` with each `$(NAME)` of `preset` replaced by its value.
+pub(crate) fn substitute(text: &str, preset: &[(String, String)]) -> String {
     preset.iter().fold(text.to_string(), |t, (n, v)| t.replace(&format!("$({n})"), v))
-}
-
-/// Whether a line naming `line_object` (`None`: directory-wide) can decide one of the objects
-/// whose per-file names are `stems` (`None`: all objects). A name still holding a variable
-/// after `preset` is substituted may be any object.
-fn may_decide(
-    line_object: Option<&str>,
-    stems: Option<&[String]>,
-    naming: crate::kbuild::Naming,
-    preset: &[(String, String)],
-) -> bool {
-    match (line_object, stems) {
-        (Some(o), Some(stems)) => o.contains("$(") || stems.contains(&naming.stem(&substitute(o, preset))),
-        _ => true,
-    }
-}
-
-/// The conditions enclosing the lines that can decide `id` for `objects` (all objects when
-/// `None`), other than the mechanism's own option.
-pub fn guards(
-    file: &KbuildFile,
-    rules: &Rules,
-    id: MechId,
-    objects: Option<&[String]>,
-    preset: &[(String, String)],
-) -> Vec<String> {
-    let mech_config = id.get().config;
-    let read = rules.reads(id);
-    let naming = rules.naming(id);
-    let stems: Option<Vec<String>> = objects.map(|os| os.iter().map(|o| naming.stem(o)).collect());
-    let mut guards: Vec<String> = file
-        .directives()
-        .filter(|(_, d)| read.contains(&d.mech))
-        .filter(|(_, d)| may_decide(d.object.as_deref(), stems.as_deref(), naming, preset))
-        .flat_map(|(i, _)| file.assignments[i].frames.iter().map(|f| f.condition.text.clone()))
-        .filter(|g| !is_own_guard(g, mech_config))
-        .collect();
-    guards.sort();
-    guards.dedup();
-    guards.truncate(MAX_GUARDS);
-    guards
-}
-
-/// Evaluate each of `objects` (relative to the file's directory) in every configuration.
-/// Returns, per configuration, the outcome for every object in order. `None` when the tree does
-/// not read `id`.
-pub fn across(
-    file: &KbuildFile,
-    rules: &Rules,
-    id: MechId,
-    objects: &[String],
-    kernel_object: bool,
-) -> Option<Vec<Vec<Outcome>>> {
-    across_with(file, rules, id, objects, kernel_object, &[])
-}
-
-/// [`across`] with extra variables preset (values for `$(BITS)` in names).
-pub fn across_with(
-    file: &KbuildFile,
-    rules: &Rules,
-    id: MechId,
-    objects: &[String],
-    kernel_object: bool,
-    preset: &[(String, String)],
-) -> Option<Vec<Vec<Outcome>>> {
-    Prepared::new(file, preset).across(rules, id, objects, kernel_object)
 }
 
 /// The state of one object over all configurations.
 pub fn state(file: &KbuildFile, rules: &Rules, id: MechId, object: &str, kernel_object: bool) -> Option<State> {
-    state_with(file, rules, id, object, kernel_object, &[])
-}
-
-/// [`state`] with extra variables preset.
-pub fn state_with(
-    file: &KbuildFile,
-    rules: &Rules,
-    id: MechId,
-    object: &str,
-    kernel_object: bool,
-    preset: &[(String, String)],
-) -> Option<State> {
-    Prepared::new(file, preset).state(rules, id, object, kernel_object)
+    Prepared::new(file, &[]).state(rules, id, object, kernel_object)
 }
 
 /// Variables set before a file is run (values for `$(BITS)` in names).
@@ -253,10 +185,7 @@ impl<'f> Prepared<'f> {
         kernel_object: bool,
     ) -> Option<Vec<Vec<Outcome>>> {
         rules.decision(id)?;
-        self.lines(rules, id);
-        let lines = &self.lines[&id];
-        let conditional = objects.iter().any(|o| lines.conditional_for(rules, id, o));
-        let guards = if conditional { guards(self.file, rules, id, Some(objects), &self.preset) } else { Vec::new() };
+        let guards = self.lines(rules, id).guards(rules.naming(id), objects);
         let mut out = Vec::with_capacity(1 << guards.len());
         for bits in 0u32..(1 << guards.len()) {
             let assignment: Vec<(String, bool)> =

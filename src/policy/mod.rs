@@ -78,8 +78,13 @@ impl Policy {
         dirs
     }
 
-    /// Units whose lines go into the kbuild file of `dir`, in file order.
-    pub fn units_in<'a>(&'a self, dir: &'a str) -> impl Iterator<Item = &'a Unit> + 'a {
-        self.units.iter().filter(move |u| u.path.kbuild_dir == dir)
+    /// The units grouped by the directory whose kbuild file holds their lines, each group in
+    /// file order.
+    pub fn units_by_dir(&self) -> std::collections::BTreeMap<&str, Vec<&Unit>> {
+        let mut map: std::collections::BTreeMap<&str, Vec<&Unit>> = std::collections::BTreeMap::new();
+        for u in &self.units {
+            map.entry(u.path.kbuild_dir.as_str()).or_default().push(u);
+        }
+        map
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::emit;
-use crate::generate::{units_by_dir, Plan};
+use crate::generate::Plan;
 use crate::kbuild::configs::{self, State};
 use crate::kbuild::Rules;
 use crate::makefile::{self, KbuildFile};
@@ -40,7 +40,7 @@ pub struct Site {
 pub fn state_at(files: &BTreeMap<String, KbuildFile>, rules: &Rules, site: &Site, id: MechId) -> Option<State> {
     let empty = KbuildFile::default();
     let file = files.get(&site.dir).unwrap_or(&empty);
-    configs::state_with(file, rules, id, &site.object, true, &site.preset)
+    configs::Prepared::new(file, &site.preset).state(rules, id, &site.object, true)
 }
 
 /// Keyed by (path, mechanism); paths of objects with `$(VAR)` are expanded per declared value.
@@ -49,7 +49,8 @@ pub type Effective = BTreeMap<(String, MechId), Entry>;
 /// The kbuild file each directory of the policy would have: the planned tree file, or the
 /// generated block alone when there is no tree.
 pub fn dir_files(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> BTreeMap<String, KbuildFile> {
-    units_by_dir(policy)
+    policy
+        .units_by_dir()
         .into_iter()
         .map(|(dir, units)| {
             let file = match plan.and_then(|p| p.files.get(dir)) {
@@ -113,9 +114,8 @@ fn variants(unit: &Unit) -> Vec<(String, Site)> {
     combos
         .into_iter()
         .map(|preset| {
-            let substitute =
-                |text: &str| preset.iter().fold(text.to_string(), |t, (n, v)| t.replace(&format!("$({n})"), v));
-            (substitute(&unit.path.text), Site { dir: dir.clone(), object: substitute(object), preset })
+            let (text, object) = (configs::substitute(&unit.path.text, &preset), configs::substitute(object, &preset));
+            (text, Site { dir: dir.clone(), object, preset })
         })
         .collect()
 }

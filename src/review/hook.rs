@@ -10,7 +10,6 @@ use std::process::{Command, Stdio};
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::emit::{self, SpliceError};
-use crate::generate::units_by_dir;
 use crate::kbuild::Rules;
 use crate::makefile::{self, KbuildFile};
 use crate::output::Change;
@@ -186,7 +185,7 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     let join = |d: &str, n: &str| if d.is_empty() { n.to_string() } else { format!("{d}/{n}") };
     let mut blobs = blobs.into_inner();
     let mut fetch = |spec: String| blobs.get(&spec).map_err(|e| e.to_string());
-    let by_dir = units_by_dir(&policy);
+    let by_dir = policy.units_by_dir();
     for d in &dirs {
         let mut pick = |prefix: &str| -> Result<Option<(String, Vec<u8>)>, String> {
             for name in ["Kbuild", "Makefile"] {
@@ -209,7 +208,7 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
 
 /// The block each directory of `policy` gets.
 fn blocks(policy: &Policy, rules: &Rules) -> BTreeMap<String, String> {
-    units_by_dir(policy).into_iter().map(|(dir, units)| (dir.to_string(), emit::render_block(&units, rules))).collect()
+    policy.units_by_dir().into_iter().map(|(dir, units)| (dir.to_string(), emit::render_block(&units, rules))).collect()
 }
 
 fn check_file(
