@@ -79,10 +79,10 @@ fn sources(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, diags: &mut
         let Some(object) = &unit.path.object else { continue };
         let dir = tree.join(&unit.path.kbuild_dir);
         let makefile_text = plan.files.get(&unit.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or("");
-        let variants = expand_variants(object, &unit.vars);
         let naming = unit.settings.keys().next().map_or(crate::kbuild::Naming::TargetStem, |id| rules.naming(*id));
         let found = has_source(&dir, object, &unit.vars, makefile_text, naming);
         if !found && dir.is_dir() {
+            let variants = expand_variants(object, &unit.vars);
             diags.push(
                 Diagnostic::error(Code::MissingSource, format!("no source for `{}`", unit.path.text))
                     .at(unit.location.clone())
@@ -115,12 +115,13 @@ pub fn has_source(
     expand_variants(object, vars).iter().any(|v| {
         let stem = v.strip_suffix(".o").unwrap_or(v);
         let name = stem.rsplit('/').next().unwrap_or(stem);
+        let in_subdirectory = format!("/{name}.o");
         exists(stem)
             || kbuild_text.contains(&format!("$(obj)/{name}.S"))
             || (naming == crate::kbuild::Naming::Basetarget
                 && kbuild_text
                     .split(|c: char| c.is_whitespace() || c == '=')
-                    .filter_map(|w| w.strip_suffix(&format!("/{name}.o")))
+                    .filter_map(|w| w.strip_suffix(in_subdirectory.as_str()))
                     .any(|sub| exists(&format!("{sub}/{name}"))))
     })
 }
@@ -157,18 +158,17 @@ fn outside_directives(plan: &Plan, diags: &mut Diagnostics) {
 }
 
 /// The kbuild text the requirement is judged against: as generated, else as on disk.
-fn file_for(dir: &str, tree: Option<&Path>, plan: &Plan) -> Option<(std::path::PathBuf, KbuildFile)> {
+fn file_for<'p>(dir: &str, tree: Option<&Path>, plan: &'p Plan) -> std::borrow::Cow<'p, KbuildFile> {
     if let Some(f) = plan.files.get(dir) {
-        return Some((f.path.clone(), f.parsed().clone()));
+        return std::borrow::Cow::Borrowed(f.parsed());
     }
-    let path = kbuild_file(&tree?.join(dir))?;
-    let text = read_kbuild(&path).ok()?;
-    Some((path, makefile::parse(&text)))
+    let text = tree.and_then(|t| kbuild_file(&t.join(dir))).and_then(|path| read_kbuild(&path).ok());
+    std::borrow::Cow::Owned(text.map(|t| makefile::parse(&t)).unwrap_or_default())
 }
 
 fn requirement(req: &Requirement, rules: &Rules, tree: Option<&Path>, plan: &Plan, diags: &mut Diagnostics) {
     let dir = &req.path.kbuild_dir;
-    let file = file_for(dir, tree, plan).map(|(_, f)| f).unwrap_or_default();
+    let file = file_for(dir, tree, plan);
     for (id, loc) in &req.exempt {
         if let Some(failure) = first_instrumented(req, *id, &file, rules) {
             let mut message =

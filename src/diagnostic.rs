@@ -278,10 +278,10 @@ impl Diagnostics {
 
     /// Stable order: by file, position, then code.
     pub fn sorted(mut self) -> Diagnostics {
-        self.0.sort_by(|a, b| {
-            let key = |d: &Diagnostic| d.location.as_ref().map(|l| (l.path.clone(), l.line, l.col)).unwrap_or_default();
-            key(a).cmp(&key(b)).then(a.code.cmp(&b.code)).then(a.message.cmp(&b.message))
-        });
+        fn key(d: &Diagnostic) -> (&Path, usize, usize) {
+            d.location.as_ref().map_or((Path::new(""), 0, 0), |l| (l.path.as_path(), l.line, l.col))
+        }
+        self.0.sort_by(|a, b| key(a).cmp(&key(b)).then(a.code.cmp(&b.code)).then(a.message.cmp(&b.message)));
         self.0.dedup();
         self
     }

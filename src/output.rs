@@ -47,7 +47,7 @@ pub fn write_atomic(path: &Path, contents: &str) -> io::Result<()> {
 /// A temporary file holding a target's new text, synced, with the target's mode, in the
 /// target's directory (so the rename that publishes it is atomic).
 fn stage(path: &Path, contents: &str, created: &mut Vec<PathBuf>) -> io::Result<tempfile::NamedTempFile> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = dir_of(path);
     created.extend(dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(Path::to_path_buf));
     fs::create_dir_all(dir)?;
     let permissions = fs::metadata(path).ok().map(|m| m.permissions());
@@ -59,6 +59,11 @@ fn stage(path: &Path, contents: &str, created: &mut Vec<PathBuf>) -> io::Result<
     }
     tmp.as_file().sync_all()?;
     Ok(tmp)
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn dir_of(path: &Path) -> &Path {
+    path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
 }
 
 /// Temporary files are `.sanpolicy-<pid>-<random>.tmp`: the pid tells a later run whether
@@ -90,7 +95,7 @@ fn leftovers(dir: &Path) -> Vec<PathBuf> {
 
 /// Remove [`leftovers`] from the directories of `written`, best effort, after a run succeeded.
 fn sweep_leftovers(written: &[PathBuf]) {
-    let dirs: std::collections::BTreeSet<&Path> = written.iter().filter_map(|p| p.parent()).collect();
+    let dirs: std::collections::BTreeSet<&Path> = written.iter().map(|p| dir_of(p)).collect();
     for leftover in dirs.into_iter().flat_map(leftovers) {
         let _ = fs::remove_file(leftover);
     }
@@ -99,7 +104,7 @@ fn sweep_leftovers(written: &[PathBuf]) {
 /// Rename a staged file over its target, then sync the directory so the rename is durable.
 fn commit(staged: tempfile::NamedTempFile, path: &Path) -> io::Result<()> {
     staged.persist(path).map_err(|e| e.error)?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = dir_of(path);
     // Best effort: the new text is in place whether or not the directory entry is synced yet.
     let _ = fs::File::open(dir).and_then(|d| d.sync_all());
     Ok(())

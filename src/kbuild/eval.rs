@@ -112,10 +112,6 @@ impl Env {
         }
     }
 
-    pub fn is_defined(&self, name: &str) -> bool {
-        self.vars.contains_key(name)
-    }
-
     /// Expand `$(…)`, `${…}` and `$X` references.
     pub fn expand(&self, text: &str) -> String {
         self.expand_depth(text, 0)
@@ -230,7 +226,7 @@ fn join(old: &str, new: &str) -> String {
 }
 
 /// Index of the parenthesis closing the one at `s[0]`.
-fn matching(s: &str, open: char, close: char) -> Option<usize> {
+pub(super) fn matching(s: &str, open: char, close: char) -> Option<usize> {
     let mut depth = 0;
     for (i, c) in s.char_indices() {
         if c == open {

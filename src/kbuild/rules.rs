@@ -287,7 +287,8 @@ fn chain_decision(var: &str, polarity: Polarity, logical: &str, needle: &str) ->
         Polarity::SkipIfAllY => "$(filter-out y%,",
     };
     let start = logical[..at].rfind(prefix).ok_or_else(|| format!("`{var}` is not tested with `{prefix}…)`"))?;
-    let len = close_paren(&logical[start + 1..]).ok_or_else(|| format!("unbalanced expression for `{var}`"))?;
+    let len = super::eval::matching(&logical[start + 1..], '(', ')')
+        .ok_or_else(|| format!("unbalanced expression for `{var}`"))?;
     let expression = logical[start..start + 1 + len + 1].to_string();
     let operand = &expression[prefix.len()..expression.len() - 1];
     let terms = parse_terms(operand)?;
@@ -303,29 +304,11 @@ fn chain_decision(var: &str, polarity: Polarity, logical: &str, needle: &str) ->
     })
 }
 
-/// Index of the `)` closing the `(` at `s[0]`.
-fn close_paren(s: &str) -> Option<usize> {
-    let mut depth = 0;
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(i);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
 fn parse_terms(mut s: &str) -> Result<Vec<Term>, String> {
     let mut terms = Vec::new();
     while !s.is_empty() {
         if let Some(after) = s.strip_prefix("$(") {
-            let end = close_paren(&s[1..]).ok_or("unbalanced `$(`")?;
+            let end = super::eval::matching(&s[1..], '(', ')').ok_or("unbalanced `$(`")?;
             let inner = &after[..end - 1];
             terms.push(parse_reference(inner)?);
             s = &s[end + 2..];

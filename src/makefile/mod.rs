@@ -65,8 +65,6 @@ pub struct Assignment {
     /// 1-based first and last physical line.
     pub line: usize,
     pub end_line: usize,
-    /// 1-based column of the name.
-    pub col: usize,
     /// Enclosing conditionals, outermost first.
     pub frames: Vec<Frame>,
     /// The comment paragraph directly above (joined, `#` stripped); shared by a block of lines.
@@ -411,7 +409,6 @@ fn parse_assignment(logical: &Logical) -> Option<Assignment> {
     .find(|(s, _)| after.starts_with(s))
     .map(|(s, op)| (op, s.len()))?;
     let value = after[op_len..].trim_start_matches([' ', '\t']).to_string();
-    let col = logical.text.len() - logical.text.trim_start().len() + 1;
     Some(Assignment {
         name: name.to_string(),
         op,
@@ -420,7 +417,6 @@ fn parse_assignment(logical: &Logical) -> Option<Assignment> {
         modifiers,
         line: logical.line,
         end_line: logical.end_line,
-        col,
         frames: Vec::new(),
         comment: None,
         comment_line: None,
