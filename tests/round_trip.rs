@@ -649,7 +649,7 @@ struct Baseline {
 fn baseline(label: &str, original: &Path) -> Baseline {
     let (rules, rule_diags) = Rules::from_tree(original);
     assert!(!rule_diags.has_errors(), "{label}: the tree's rules cannot be read: {:?}", rule_diags.0);
-    let scan = sanpolicy::import::scan(original);
+    let scan = sanpolicy::import::scan(original, &rules);
     let adopted: BTreeSet<PathBuf> =
         scan.taken.iter().map(|t| t.path.strip_prefix(original).unwrap().to_path_buf()).collect();
     assert!(!adopted.is_empty(), "{label}: nothing to adopt");

@@ -128,8 +128,7 @@ pub fn tree_problem(tree: &Path) -> Option<Diagnostic> {
 }
 
 /// Tree checks and rules for commands that produce a policy rather than read one.
-pub fn inputs_without_policy(args: &CommonArgs, ui: &mut Ui) -> Result<Rules, u8> {
-    let tree = args.tree.as_deref().unwrap_or(Path::new("."));
+pub fn rules_for_tree(tree: &Path, ui: &mut Ui) -> Result<Rules, u8> {
     if let Some(problem) = tree_problem(tree) {
         ui.report(&Diagnostics(vec![problem]));
         return Err(EXIT_BAD_INPUT);

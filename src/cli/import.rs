@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::context::{display, inputs_without_policy, CommonArgs, Ui};
+use super::context::{display, rules_for_tree, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::review::effective;
@@ -35,8 +35,7 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         eprintln!("error: `import` needs `--tree DIR`");
         return EXIT_BAD_INPUT;
     };
-    let common = CommonArgs { policy: None, tree: Some(tree.clone()) };
-    let Ok(inputs) = inputs_without_policy(&common, ui) else { return EXIT_BAD_INPUT };
+    let Ok(rules) = rules_for_tree(&tree, ui) else { return EXIT_BAD_INPUT };
     let out = args.out.clone().unwrap_or_else(|| tree.join(&Defaults::binary().policy));
     let to_stdout = out.as_os_str() == "-";
     if !to_stdout && out.exists() && !args.force {
@@ -44,7 +43,7 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             .hint("pass `--force` to overwrite it, or `--out FILE`")]));
         return EXIT_BAD_INPUT;
     }
-    let scan = with_spinner(&format!("reading kbuild files under {}", tree.display()), || import::scan(&tree));
+    let scan = with_spinner(&format!("reading kbuild files under {}", tree.display()), || import::scan(&tree, &rules));
     let text = import::policy_toml(&scan.units, IMPORT_HEADER);
     let (policy, diags) = policy::parse_str(&out, &text);
     if diags.has_errors() {
@@ -61,15 +60,13 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             old: std::fs::read_to_string(&out).ok(),
             new: Some(text.clone()),
         });
-    }
-    if !to_stdout {
         // The policy's effective-instrumentation snapshot starts out in sync, as gen-makefiles keeps it.
         let command = format!("{} gen-makefiles", defaults.program);
         let snapshot = effective::snapshot_path(&out);
-        changes.push(effective::snapshot_change(&policy, &inputs, &snapshot, &display(&out), &command));
+        changes.push(effective::snapshot_change(&policy, &rules, &snapshot, &display(&out), &command));
     }
     if args.adopt {
-        changes.extend(import::adopt(&scan.taken, &policy, &inputs, &tree));
+        changes.extend(import::adopt(&scan.taken, &policy, &rules, &tree));
     }
     ui.report(&scan.diags.clone().sorted());
     if to_stdout {

@@ -1,12 +1,12 @@
 //! `rules`: which Kbuild rules a tree uses.
 
-use super::context::{inputs_without_policy, CommonArgs, Ui};
+use super::context::{rules_for_tree, CommonArgs, Ui};
 use super::{Defaults, EXIT_OK};
 use crate::kbuild::Rules;
 
 pub fn run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let rules = match args.tree.clone().or_else(|| defaults.tree.clone()) {
-        Some(tree) => match inputs_without_policy(&CommonArgs { policy: None, tree: Some(tree) }, ui) {
+        Some(tree) => match rules_for_tree(&tree, ui) {
             Ok(rules) => rules,
             Err(code) => return code,
         },

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use super::PLACEHOLDER_REASON;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::generate::{decode_kbuild, kbuild_file};
+use crate::kbuild::Rules;
 use crate::makefile::{self, Assignment, Directive, DirectiveValue, KbuildFile, Op};
 use crate::mechanism::{Form, MechId, MECHANISMS};
 use crate::policy::Setting;
@@ -75,7 +76,7 @@ fn needles() -> Vec<&'static str> {
 }
 
 /// Walk `tree` once and import every directive.
-pub fn scan(tree: &Path) -> Scan {
+pub fn scan(tree: &Path, rules: &Rules) -> Scan {
     let needles = needles();
     let mut out = Scan::default();
     let mut units: Vec<ImportedUnit> = Vec::new();
@@ -127,7 +128,7 @@ pub fn scan(tree: &Path) -> Scan {
             }
             if let Some(o) = &d.object {
                 for var in crate::policy::make_variables(o) {
-                    let values = variable_values(tree, &dir, &text, &var);
+                    let values = variable_values(tree, &dir, &parsed, &var);
                     unit.vars.insert(var, values);
                 }
             }
@@ -137,7 +138,7 @@ pub fn scan(tree: &Path) -> Scan {
             out.taken.push(Taken { path, dir, text, parsed, assignments: taken });
         }
     }
-    stale(tree, &units, &out.taken, &mut out.diags);
+    stale(tree, rules, &units, &out.taken, &mut out.diags);
     // Units stay in tree order (file, then first line), so an adopted block reads like the
     // lines it replaces.
     out.units = units;
@@ -202,12 +203,12 @@ fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, 
 
 /// Values a make variable takes: assignments in the same file, else in the architecture's
 /// top Makefile (`BITS := 32` / `BITS := 64` in `arch/x86/Makefile`).
-fn variable_values(tree: &Path, dir: &str, text: &str, var: &str) -> Vec<String> {
-    let mut values = assigned_values(text, var);
+fn variable_values(tree: &Path, dir: &str, parsed: &KbuildFile, var: &str) -> Vec<String> {
+    let mut values = assigned_values(parsed, var);
     if values.is_empty() {
         if let Some(arch) = dir.strip_prefix("arch/").and_then(|r| r.split('/').next()) {
             if let Ok(t) = std::fs::read_to_string(tree.join("arch").join(arch).join("Makefile")) {
-                values = assigned_values(&t, var);
+                values = assigned_values(&makefile::parse(&t), var);
             }
         }
     }
@@ -216,9 +217,8 @@ fn variable_values(tree: &Path, dir: &str, text: &str, var: &str) -> Vec<String>
     values
 }
 
-fn assigned_values(text: &str, var: &str) -> Vec<String> {
-    makefile::parse(text)
-        .assignments
+fn assigned_values(file: &KbuildFile, var: &str) -> Vec<String> {
+    file.assignments
         .iter()
         .filter(|a| a.name == var && !a.value.trim().is_empty() && !a.value.contains('$'))
         .map(|a| a.value.trim().to_string())
@@ -226,8 +226,7 @@ fn assigned_values(text: &str, var: &str) -> Vec<String> {
 }
 
 /// Per-object directives whose object has no source in the directory are dead.
-fn stale(tree: &Path, units: &[ImportedUnit], taken: &[Taken], diags: &mut Diagnostics) {
-    let (rules, _) = crate::kbuild::Rules::from_tree(tree);
+fn stale(tree: &Path, rules: &Rules, units: &[ImportedUnit], taken: &[Taken], diags: &mut Diagnostics) {
     for t in taken {
         for &i in &t.assignments {
             let a = &t.parsed.assignments[i];

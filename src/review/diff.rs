@@ -44,8 +44,9 @@ fn rank(state: &State) -> u8 {
 
 /// Compare two policies' effective instrumentation.
 pub fn diff(old: &Policy, new: &Policy, rules: &Rules) -> Vec<Change> {
-    let (eff_old, eff_new) = (effective::compute(old, rules, None), effective::compute(new, rules, None));
-    let (files_old, files_new) = (dir_files(old, rules, None), dir_files(new, rules, None));
+    let (files_old, files_new) = (dir_files(old, rules), dir_files(new, rules));
+    let eff_old = effective::compute_in(old, rules, &files_old);
+    let eff_new = effective::compute_in(new, rules, &files_new);
     let mut keys: Vec<&(String, MechId)> = eff_old.keys().chain(eff_new.keys()).collect();
     keys.sort();
     keys.dedup();

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::emit;
-use crate::generate::Plan;
 use crate::kbuild::configs::{self, State};
 use crate::kbuild::Rules;
 use crate::makefile::{self, KbuildFile};
@@ -46,26 +45,24 @@ pub fn state_at(files: &BTreeMap<String, KbuildFile>, rules: &Rules, site: &Site
 /// Keyed by (path, mechanism); paths of objects with `$(VAR)` are expanded per declared value.
 pub type Effective = BTreeMap<(String, MechId), Entry>;
 
-/// The kbuild file each directory of the policy would have: the planned tree file, or the
-/// generated block alone when there is no tree.
-pub fn dir_files(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> BTreeMap<String, KbuildFile> {
-    policy
-        .units_by_dir()
-        .into_iter()
-        .map(|(dir, units)| {
-            let file = match plan.and_then(|p| p.files.get(dir)) {
-                Some(f) => f.parsed().clone(),
-                None => makefile::parse(&emit::render_block(&units, rules)),
-            };
-            (dir.to_string(), file)
-        })
-        .collect()
+/// The kbuild file each directory of the policy would have on its own: the generated block.
+pub fn dir_files(policy: &Policy, rules: &Rules) -> BTreeMap<String, KbuildFile> {
+    policy.units_by_dir().into_iter().map(|(dir, units)| (dir.to_string(), dir_file(&units, rules))).collect()
+}
+
+/// The kbuild file of one directory's units: their generated block.
+pub fn dir_file(units: &[&Unit], rules: &Rules) -> KbuildFile {
+    makefile::parse(&emit::render_block(units, rules))
 }
 
 /// Every (object or directory) × mechanism whose state differs from the kernel default for it
 /// (on, except barrier instrumentation), or that the policy sets.
-pub fn compute(policy: &Policy, rules: &Rules, plan: Option<&Plan>) -> Effective {
-    let files = dir_files(policy, rules, plan);
+pub fn compute(policy: &Policy, rules: &Rules) -> Effective {
+    compute_in(policy, rules, &dir_files(policy, rules))
+}
+
+/// [`compute`] with the directories' kbuild files already built by [`dir_files`].
+pub fn compute_in(policy: &Policy, rules: &Rules, files: &BTreeMap<String, KbuildFile>) -> Effective {
     let mut out = Effective::new();
     // Units of one directory share its file: its lines and runs are prepared once per preset.
     let mut prepared: BTreeMap<(&str, configs::Preset), configs::Prepared> = BTreeMap::new();
@@ -171,7 +168,7 @@ pub fn snapshot_change(
     policy_name: &str,
     command: &str,
 ) -> crate::output::Change {
-    let text = render(&compute(policy, rules, None), policy_name, command);
+    let text = render(&compute(policy, rules), policy_name, command);
     let display = path.display().to_string();
     crate::output::Change {
         display,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::effective::dir_files;
+use super::effective::dir_file;
 use crate::generate::{kbuild_file, read_kbuild, Plan};
 use crate::kbuild::configs::{self, State};
 use crate::kbuild::{evaluate, instrumented_env, DecidedBy, Evaluate, Rules};
@@ -107,7 +107,7 @@ fn file_for(
         let text = read_kbuild(&path).unwrap_or_default();
         return (makefile::parse(&text), Some(path));
     }
-    (dir_files(policy, rules, None).remove(dir).unwrap_or_default(), None)
+    (policy.units_by_dir().get(dir).map(|units| dir_file(units, rules)).unwrap_or_default(), None)
 }
 
 fn source(

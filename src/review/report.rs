@@ -70,7 +70,7 @@ pub fn build(policy: &Policy, rules: &Rules, policy_name: &str) -> Report {
             }
         }
     }
-    let files = dir_files(policy, rules, None);
+    let files = dir_files(policy, rules);
     let requirements = policy
         .requirements
         .iter()
