@@ -208,7 +208,7 @@ fn first_instrumented(req: &Requirement, id: MechId, file: &KbuildFile, rules: &
     let mut objects: Vec<String> = match &req.path.object {
         Some(o) => vec![o.clone()],
         None => {
-            let mut v = vec!["sanpolicy-any-object.o".to_string()];
+            let mut v = vec![crate::kbuild::ANY_OBJECT.to_string()];
             v.extend(
                 file.directives()
                     .filter(|(_, d)| d.mech == id)

@@ -116,6 +116,17 @@ pub static MECHANISMS: &[Mechanism] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MechId(pub usize);
 
+impl Mechanism {
+    /// The word every directive of the mechanism contains: the variable (`KASAN_SANITIZE`), or
+    /// the make variable holding the removed flags (`CC_FLAGS_FTRACE`).
+    pub fn directive_name(&self) -> &'static str {
+        match self.form {
+            Form::Variable { var, .. } => var,
+            Form::FlagRemoval { flags, .. } => flags.trim_start_matches("$(").trim_end_matches(')'),
+        }
+    }
+}
+
 impl MechId {
     pub fn get(self) -> &'static Mechanism {
         &MECHANISMS[self.0]

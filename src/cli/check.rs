@@ -23,7 +23,7 @@ pub struct CheckArgs {
 }
 
 pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
-    let mut common = CommonArgs { policy: args.common.policy.clone(), tree: args.common.tree.clone() };
+    let mut common = args.common.clone();
     if let (Some(ws), None) = (&args.workspace, &common.policy) {
         common.policy = Some(ws.join(super::gen_cargo::POLICY_IN_WORKSPACE));
     }

@@ -12,7 +12,7 @@ use crate::generate::{self, Plan};
 use crate::kbuild::Rules;
 use crate::policy::{self, Policy};
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
     /// Policy file (default: `sanitizer-policy.toml` in the tree; `policy/linux.toml` for xtask).
     #[arg(long, value_name = "FILE")]

@@ -8,7 +8,7 @@ use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::generate::{decode_kbuild, kbuild_file};
 use crate::kbuild::Rules;
 use crate::makefile::{self, Assignment, Directive, DirectiveValue, KbuildFile, Op};
-use crate::mechanism::{Form, MechId, MECHANISMS};
+use crate::mechanism::{Form, MechId, Mechanism, MECHANISMS};
 use crate::policy::Setting;
 
 /// A unit as found in the tree, before it becomes a `[[unit]]`.
@@ -65,14 +65,7 @@ pub struct Scan {
 
 /// Words that every directive contains; files without any are not parsed at all.
 fn needles() -> Vec<&'static str> {
-    MECHANISMS
-        .iter()
-        .map(|m| match m.form {
-            Form::Variable { var, .. } => var,
-            Form::FlagRemoval { flags, .. } => flags.trim_start_matches("$(").trim_end_matches(')'),
-        })
-        .chain(["-pg"])
-        .collect()
+    MECHANISMS.iter().map(Mechanism::directive_name).chain(["-pg"]).collect()
 }
 
 /// Walk `tree` once and import every directive.

@@ -6,6 +6,10 @@ pub mod eval;
 pub mod resolve;
 pub mod rules;
 
+/// Stands for "any object of the directory without a setting of its own" where a state is
+/// asked of a directory.
+pub const ANY_OBJECT: &str = "sanpolicy-any-object.o";
+
 pub use eval::{Env, Evaluate, Oracle};
 pub use resolve::{evaluate, instrumented_env, DecidedBy, Evaluation};
 pub use rules::{Decision, DecisionKind, Naming, Rules, Term};

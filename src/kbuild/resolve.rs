@@ -34,8 +34,8 @@ pub fn instrumented_env() -> Env {
     let mut env = Env::default();
     for m in MECHANISMS {
         env.set(m.config, "y");
-        if let Form::FlagRemoval { flags, expansion, .. } = m.form {
-            env.set(flags.trim_start_matches("$(").trim_end_matches(')'), expansion);
+        if let Form::FlagRemoval { expansion, .. } = m.form {
+            env.set(m.directive_name(), expansion);
         }
     }
     for all in ["CONFIG_KCOV_INSTRUMENT_ALL", "CONFIG_GCOV_PROFILE_ALL", "CONFIG_UBSAN_SANITIZE_ALL"] {

@@ -14,8 +14,7 @@ use crate::policy::{Policy, Unit};
 
 const HEADER: &str = include_str!("../../templates/effective-header.txt");
 
-/// Stands for "any object of the directory without a setting of its own".
-pub const ANY_OBJECT: &str = "sanpolicy-any-object.o";
+pub use crate::kbuild::ANY_OBJECT;
 
 /// One object (or directory, ending in `/`) and mechanism.
 #[derive(Debug, Clone, PartialEq, Eq)]

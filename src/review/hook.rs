@@ -21,8 +21,6 @@ pub struct Outcome {
     /// Staged kbuild files that differ from what the policy generates.
     pub stale: Vec<Change>,
     pub diags: Diagnostics,
-    /// Files read from the index, for the record.
-    pub files_read: usize,
 }
 
 fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
@@ -198,7 +196,6 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
         };
         let Some((rel, staged_bytes)) = pick(":")? else { continue };
         let head = pick("HEAD:")?.filter(|(r, _)| *r == rel).map(|(_, b)| String::from_utf8_lossy(&b).into_owned());
-        outcome.files_read += 1;
         let text = String::from_utf8_lossy(&staged_bytes).into_owned();
         let units = by_dir.get(d.as_str()).cloned().unwrap_or_default();
         check_file(&repo, &rel, &text, head.as_deref(), &units, rules, &mut outcome);

@@ -9,7 +9,8 @@ use super::effective::{dir_files, ANY_OBJECT};
 use crate::import::PLACEHOLDER_REASON;
 use crate::kbuild::configs::{self, State};
 use crate::kbuild::Rules;
-use crate::mechanism::{MechId, MECHANISMS};
+use crate::makefile::KbuildFile;
+use crate::mechanism::MechId;
 use crate::policy::{Policy, Setting};
 
 /// Reason categories, first match wins; matched case-insensitively against the reason.
@@ -71,18 +72,19 @@ pub fn build(policy: &Policy, rules: &Rules, policy_name: &str) -> Report {
         }
     }
     let files = dir_files(policy, rules);
+    let empty = KbuildFile::default();
     let requirements = policy
         .requirements
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let file = files.get(&r.path.kbuild_dir).cloned().unwrap_or_default();
+            let file = files.get(&r.path.kbuild_dir).unwrap_or(&empty);
             let object = r.path.object.clone().unwrap_or_else(|| ANY_OBJECT.to_string());
             let broken = r
                 .exempt
                 .iter()
                 .map(|(id, _)| *id)
-                .filter(|id| configs::state(&file, rules, *id, &object, true).is_some_and(|s| s != State::Off))
+                .filter(|id| configs::state(file, rules, *id, &object, true).is_some_and(|s| s != State::Off))
                 .collect();
             (i, broken)
         })
@@ -124,7 +126,7 @@ pub fn markdown(report: &Report, policy: &Policy) -> String {
     out.push_str("\n|---|---:|---:|---:|");
     out.push_str(&"---:|".repeat(cats.len()));
     out.push('\n');
-    for m in MECHANISMS.iter().enumerate().map(|(i, _)| MechId(i)) {
+    for m in MechId::all() {
         let Some(c) = report.per_mechanism.get(&m) else { continue };
         out.push_str(&format!(
             "| {} | {} | {} | {} |",

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sanpolicy::mechanism::{Form, MECHANISMS};
+use sanpolicy::mechanism::MECHANISMS;
 
 pub struct Options {
     pub tree: Option<PathBuf>,
@@ -70,20 +70,22 @@ fn adopted_copy(bin: &Path, tree: &Path, work: &Path) -> Result<PathBuf, String>
     }
     let _ = std::fs::remove_dir_all(&copy);
     std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
-    run(Command::new("cp").arg("-al").arg(tree).arg(&copy))?;
-    run(Command::new(bin).args(["import", "--adopt", "--force"]).current_dir(&copy).stderr(Stdio::null()))?;
+    adopt_into(bin, tree, &copy)?;
     Ok(copy)
+}
+
+/// Hard-link `tree` into `copy` and adopt it: the policy imported, the Makefiles' directives
+/// moved into generated blocks.
+fn adopt_into(bin: &Path, tree: &Path, copy: &Path) -> Result<(), String> {
+    run(Command::new("cp").arg("-al").arg(tree).arg(copy))?;
+    run(Command::new(bin).args(["import", "--adopt", "--force"]).current_dir(copy).stderr(Stdio::null()))
 }
 
 fn rg_command(tree: &Path) -> Command {
     let mut cmd = Command::new("rg");
     cmd.args(["--no-messages", "--no-ignore", "--count"]);
     for m in MECHANISMS {
-        let name = match m.form {
-            Form::Variable { var, .. } => var,
-            Form::FlagRemoval { flags, .. } => flags.trim_start_matches("$(").trim_end_matches(')'),
-        };
-        cmd.args(["-e", name]);
+        cmd.args(["-e", m.directive_name()]);
     }
     for glob in ["Makefile", "Makefile.*", "Kbuild", "Kbuild.*", "*.mk", "!/Documentation/", "!/tools/"] {
         cmd.args(["-g", glob]);
@@ -103,6 +105,10 @@ fn time(cmd: &mut Command) -> Result<Duration, String> {
     } else {
         Err(format!("{cmd:?} failed with {status}"))
     }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -128,7 +134,6 @@ pub fn bench(repo: &Path, options: Options) -> Result<(), String> {
         check.push(time(Command::new(&bin).args(["gen-makefiles", "--check"]).current_dir(&adopted))?);
     }
     let (rg, import, check) = (median(rg), median(import), median(check));
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!("tree: {} ({} runs, medians)", tree.display(), options.runs);
     println!("rg (same kbuild files, same names)  {:>8.1} ms", ms(rg));
     println!(
@@ -160,8 +165,7 @@ fn hook_repo(bin: &Path, work: &Path) -> Result<PathBuf, String> {
     let tree = extracted(work, "6.1")?;
     let _ = std::fs::remove_dir_all(&repo);
     eprintln!("building a git repository of the adopted 6.1 tree in {} (once)", repo.display());
-    run(Command::new("cp").arg("-al").arg(&tree).arg(&repo))?;
-    run(Command::new(bin).args(["import", "--adopt", "--force"]).current_dir(&repo).stderr(Stdio::null()))?;
+    adopt_into(bin, &tree, &repo)?;
     git(&repo, &["init", "-q", "-b", "main"])?;
     // Debian's tree ignores everything at the top (`/*`), hence -f.
     git(&repo, &["-c", "core.compression=1", "-c", "core.looseCompression=1", "add", "-f", "-A", "."])?;
@@ -210,7 +214,6 @@ fn time_staged(
         sanpolicy::output::write_atomic(&path, &String::from_utf8_lossy(&out.stdout)).map_err(|e| e.to_string())?;
     }
     let (hook, floor) = (median(hook), median(floor));
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
         "pre-commit hook, {label:<27} {:>8.1} ms   (git diff --cached alone {:.1} ms; hook exit {})",
         ms(hook),
