@@ -1,8 +1,8 @@
 //! The short summary `gen-makefiles` prints: units, directories, exemptions per mechanism.
 
 use crate::kbuild::Rules;
-use crate::mechanism::MechId;
-use crate::policy::{Policy, Setting};
+use crate::policy::Policy;
+use crate::review::report;
 
 pub fn render(policy: &Policy, rules: &Rules, policy_name: &str, target: &str, files: usize, changed: usize) -> String {
     let mut out = format!(
@@ -13,19 +13,9 @@ pub fn render(policy: &Policy, rules: &Rules, policy_name: &str, target: &str, f
         rules.describe()[0],
     );
     out.push_str(&format!("{:<18} {:>8} {:>8} {:>8}\n", "mechanism", "skip obj", "skip dir", "force"));
-    for id in MechId::all() {
-        let count = |setting: Setting, dir: bool| {
-            policy
-                .units
-                .iter()
-                .filter(|u| u.path.is_directory() == dir && u.settings.get(&id) == Some(&setting))
-                .count()
-        };
-        let forced = count(Setting::Force, false) + count(Setting::Force, true);
-        let (obj, dir) = (count(Setting::Skip, false), count(Setting::Skip, true));
-        if obj + dir + forced > 0 {
-            out.push_str(&format!("{:<18} {obj:>8} {dir:>8} {forced:>8}\n", id.get().name));
-        }
+    for (id, c) in report::counts(policy) {
+        let (obj, dir, forced) = (c.objects_skipped, c.directories_skipped, c.forced);
+        out.push_str(&format!("{:<18} {obj:>8} {dir:>8} {forced:>8}\n", id.get().name));
     }
     out.trim_end().to_string()
 }

@@ -151,12 +151,7 @@ pub fn git_reader(rev: &str, near: &Path) -> Result<impl Fn(&Path) -> std::io::R
     let root = root.canonicalize().unwrap_or(root);
     let rev = rev.to_string();
     Ok(move |path: &Path| {
-        let absolute = std::path::absolute(path)?;
-        let absolute = absolute
-            .parent()
-            .and_then(|p| p.canonicalize().ok())
-            .map(|p| p.join(absolute.file_name().unwrap_or_default()))
-            .unwrap_or(absolute);
+        let absolute = super::resolved(path)?;
         let rel = absolute
             .strip_prefix(&root)
             .map_err(|_| std::io::Error::other(format!("`{}` is outside the repository", path.display())))?;

@@ -13,7 +13,7 @@ use crate::emit::{self, SpliceError};
 use crate::kbuild::Rules;
 use crate::makefile::{self, KbuildFile};
 use crate::output::Change;
-use crate::policy::{self, Policy, Unit};
+use crate::policy::{self, Policy};
 
 /// What the hook found.
 #[derive(Debug, Default)]
@@ -125,14 +125,11 @@ fn policy_from(
 /// Run the check in the repository containing `tree`, with the policy at `policy_path`.
 pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outcome, String> {
     let repo = repo_root(tree)?;
-    let repo = repo.canonicalize().unwrap_or(repo);
-    let policy_abs = std::path::absolute(policy_path).map_err(|e| e.to_string())?;
+    let policy_abs = super::resolved(policy_path).map_err(|e| e.to_string())?;
     let policy_rel = policy_abs
-        .parent()
-        .and_then(|p| p.canonicalize().ok())
-        .map(|p| p.join(policy_abs.file_name().unwrap_or_default()))
-        .and_then(|p| p.strip_prefix(&repo).ok().map(Path::to_path_buf))
-        .ok_or_else(|| format!("policy `{}` is not inside the repository", policy_path.display()))?;
+        .strip_prefix(&repo)
+        .map(Path::to_path_buf)
+        .map_err(|_| format!("policy `{}` is not inside the repository", policy_path.display()))?;
     // The staged file list and the blob reader start together; each reads the index once.
     let staged_run = Command::new("git")
         .arg("-C")
@@ -166,9 +163,9 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
         policy.files.iter().filter_map(|(p, _)| p.strip_prefix(&repo).ok()).map(|p| p.display().to_string()).collect();
     let policy_changed = staged.iter().any(|s| policy_files.contains(s));
     let mut dirs: BTreeSet<String> = staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
-    if policy_changed {
+    let new_blocks = policy_changed.then(|| blocks(&policy, rules));
+    if let Some(new_blocks) = &new_blocks {
         // Only directories whose block the change alters can have drifted because of it.
-        let new_blocks = blocks(&policy, rules);
         let old_blocks =
             policy_from(&blobs, &repo, "HEAD:", &policy_rel).map(|(old, _)| blocks(&old, rules)).unwrap_or_default();
         for dir in new_blocks.keys().chain(old_blocks.keys()) {
@@ -197,8 +194,11 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
         let Some((rel, staged_bytes)) = pick(":")? else { continue };
         let head = pick("HEAD:")?.filter(|(r, _)| *r == rel).map(|(_, b)| String::from_utf8_lossy(&b).into_owned());
         let text = String::from_utf8_lossy(&staged_bytes).into_owned();
-        let units = by_dir.get(d.as_str()).cloned().unwrap_or_default();
-        check_file(&repo, &rel, &text, head.as_deref(), &units, rules, &mut outcome);
+        let block = match &new_blocks {
+            Some(blocks) => blocks.get(d).cloned(),
+            None => by_dir.get(d.as_str()).map(|units| emit::render_block(units, rules)),
+        };
+        check_file(&repo, &rel, &text, head.as_deref(), &block.unwrap_or_default(), &mut outcome);
     }
     Ok(outcome)
 }
@@ -208,19 +208,10 @@ fn blocks(policy: &Policy, rules: &Rules) -> BTreeMap<String, String> {
     policy.units_by_dir().into_iter().map(|(dir, units)| (dir.to_string(), emit::render_block(&units, rules))).collect()
 }
 
-fn check_file(
-    repo: &Path,
-    rel: &str,
-    text: &str,
-    head: Option<&str>,
-    units: &[&Unit],
-    rules: &Rules,
-    outcome: &mut Outcome,
-) {
+fn check_file(repo: &Path, rel: &str, text: &str, head: Option<&str>, block: &str, outcome: &mut Outcome) {
     let path = repo.join(rel);
     let parsed = makefile::parse(text);
-    let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
-    match emit::splice(text, &parsed, &block, false) {
+    match emit::splice(text, &parsed, block, false) {
         Ok(expected) if expected != text => outcome.stale.push(Change {
             path: path.clone(),
             display: rel.to_string(),

@@ -56,7 +56,8 @@ pub struct Report {
     pub requirements: Vec<(usize, Vec<MechId>)>,
 }
 
-pub fn build(policy: &Policy, rules: &Rules, policy_name: &str) -> Report {
+/// Per mechanism the policy sets: its units by setting, and its exemptions by reason category.
+pub fn counts(policy: &Policy) -> BTreeMap<MechId, Counts> {
     let mut per_mechanism: BTreeMap<MechId, Counts> = BTreeMap::new();
     for unit in &policy.units {
         for (id, setting) in &unit.settings {
@@ -71,6 +72,11 @@ pub fn build(policy: &Policy, rules: &Rules, policy_name: &str) -> Report {
             }
         }
     }
+    per_mechanism
+}
+
+pub fn build(policy: &Policy, rules: &Rules, policy_name: &str) -> Report {
+    let per_mechanism = counts(policy);
     let files = dir_files(policy, rules);
     let empty = KbuildFile::default();
     let requirements = policy
