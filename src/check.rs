@@ -1,7 +1,6 @@
 //! Checks that need more than the policy text: recursion-prone requirements against the
 //! effective state, sources of named objects, and directives outside the generated block.
 
-use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
@@ -131,8 +130,7 @@ pub fn has_source(
 fn outside_directives(plan: &Plan, diags: &mut Diagnostics) {
     for file in plan.files.values() {
         let text = &file.text;
-        let inside: BTreeSet<&str> =
-            file.parsed().assignments.iter().filter(|a| a.in_block).map(|a| a.name.as_str()).collect();
+        let inside = file.parsed().block_names();
         for (i, _) in file.parsed().directives() {
             let a = &file.parsed().assignments[i];
             if a.in_block {

@@ -132,17 +132,20 @@ impl Rules {
     fn from_texts(source: &str, read: &dyn Fn(&str) -> Option<(PathBuf, String)>) -> (Rules, Diagnostics) {
         let mut diags = Diagnostics::default();
         let mut decisions = BTreeMap::new();
-        let mut cache: BTreeMap<&str, Option<(PathBuf, String)>> = BTreeMap::new();
+        // Each rules file read and split into logical lines once, for all its mechanisms.
+        let mut cache: BTreeMap<&str, Option<(PathBuf, LogicalLines)>> = BTreeMap::new();
         for id in MechId::all() {
             let m = id.get();
-            let Some((path, text)) = cache.entry(m.rules_file).or_insert_with(|| read(m.rules_file)).clone() else {
+            let entry =
+                cache.entry(m.rules_file).or_insert_with(|| read(m.rules_file).map(|(p, t)| (p, logical_lines(&t))));
+            let Some((path, lines)) = entry else {
                 diags.push(
                     Diagnostic::error(Code::Rules, format!("cannot read `{}`", m.rules_file))
                         .hint("point `--tree` at the top of a Linux source tree"),
                 );
                 continue;
             };
-            match find_decision(id, &text) {
+            match find_decision(id, lines) {
                 Some(Ok((mut d, line))) => {
                     d.file = m.rules_file.to_string();
                     d.line = line;
@@ -150,7 +153,7 @@ impl Rules {
                 }
                 Some(Err(message)) => diags.push(
                     Diagnostic::error(Code::Rules, message)
-                        .at(Location::file(&path))
+                        .at(Location::file(path))
                         .hint("sanpolicy does not understand this Kbuild version's rules; please report it"),
                 ),
                 None => {} // this kernel does not read the variable (e.g. UBSAN_SIGNED_WRAP before 6.12)
@@ -228,7 +231,9 @@ fn term_text(t: &Term) -> String {
 }
 
 /// Logical lines (continuations joined with one blank) with their first physical line.
-fn logical_lines(text: &str) -> Vec<(usize, String)> {
+type LogicalLines = Vec<(usize, String)>;
+
+fn logical_lines(text: &str) -> LogicalLines {
     let mut out = Vec::new();
     let mut current: Option<(usize, String)> = None;
     for (i, line) in text.lines().enumerate() {
@@ -250,9 +255,8 @@ fn logical_lines(text: &str) -> Vec<(usize, String)> {
     out
 }
 
-fn find_decision(id: MechId, text: &str) -> Option<Result<(Decision, usize), String>> {
+fn find_decision(id: MechId, lines: &[(usize, String)]) -> Option<Result<(Decision, usize), String>> {
     let m = id.get();
-    let lines = logical_lines(text);
     match m.form {
         Form::Variable { var, polarity, .. } => {
             let needle = format!("$({var}_$(");

@@ -123,6 +123,11 @@ pub enum Event {
 }
 
 impl KbuildFile {
+    /// Names of the variables the generated block assigns.
+    pub fn block_names(&self) -> std::collections::BTreeSet<&str> {
+        self.assignments.iter().filter(|a| a.in_block).map(|a| a.name.as_str()).collect()
+    }
+
     /// The instrumentation directives among the assignments.
     pub fn directives(&self) -> impl Iterator<Item = (usize, &Directive)> + '_ {
         self.directives.iter().map(|(i, d)| (*i, d))

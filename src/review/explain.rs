@@ -2,6 +2,7 @@
 //! the line that decided it (policy entry, generated Makefile line, hand-written line, directory
 //! value or the kernel default), its reason and links, and the requirements that involve it.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -58,9 +59,14 @@ pub fn explain(
     let (file, kbuild_path) = file_for(policy, rules, tree, plan, &path.kbuild_dir);
     let mut env = instrumented_env();
     env.run(&file, &mut Evaluate);
-    let mechanisms = MechId::all()
-        .map(|id| {
-            let Some(state) = configs::state(&file, rules, id, &rel, true) else {
+    // `None`: the tree does not read the mechanism.
+    let mut prepared = configs::Prepared::new(&file, &[]);
+    let states: BTreeMap<MechId, Option<State>> =
+        MechId::all().map(|id| (id, prepared.state(rules, id, &rel, true))).collect();
+    let mechanisms = states
+        .iter()
+        .map(|(&id, state)| {
+            let Some(state) = state.clone() else {
                 return MechanismExplanation { mech: id, state: State::On, source: Source::NotRead };
             };
             let decided = evaluate(rules, id, &rel, &env, true).map(|e| e.decided_by);
@@ -75,14 +81,7 @@ pub fn explain(
             r.path == path
                 || (r.path.is_directory() && r.path.kbuild_dir == path.kbuild_dir && !r.except.contains(&rel))
         })
-        .map(|(i, r)| {
-            (
-                i,
-                r.exempt
-                    .iter()
-                    .all(|(id, _)| configs::state(&file, rules, *id, &rel, true).is_none_or(|s| s == State::Off)),
-            )
-        })
+        .map(|(i, r)| (i, r.exempt.iter().all(|(id, _)| states[id].as_ref().is_none_or(|s| *s == State::Off))))
         .collect();
     Ok(Explanation {
         object: path.text.clone(),

@@ -253,7 +253,7 @@ fn hand_directives(path: &Path, text: &str, parsed: &KbuildFile, head: Option<&s
                 .hint("put the exemption in the policy with a reason and run `sanpolicy gen-makefiles`"),
         );
     }
-    let in_block: BTreeSet<&str> = parsed.assignments.iter().filter(|a| a.in_block).map(|a| a.name.as_str()).collect();
+    let in_block = parsed.block_names();
     for d in before.iter().filter(|d| !now_keys.contains(&key(d)) && !in_block.contains(d.0.as_str())) {
         outcome.diags.push(
             Diagnostic::error(
