@@ -271,31 +271,47 @@ fn comment_text(cx: &mut Ctx, key: &str, text: &str, span: Option<Range<usize>>)
     false
 }
 
-fn parse_common(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>, what: &str) -> Option<Common> {
-    let path = string(cx, table, "path");
-    let kbuild_dir = string(cx, table, "kbuild-dir");
-    let why = match string(cx, table, "why") {
+/// `why` as written, with its span: mandatory and non-empty where `required`. `noun` names
+/// what the entry is in the hint ("exemption", "entry").
+fn reason(
+    cx: &mut Ctx,
+    table: &dyn TableLike,
+    span: Option<Range<usize>>,
+    what: &str,
+    required: bool,
+    noun: &str,
+) -> Option<(String, Option<Range<usize>>)> {
+    match string(cx, table, "why") {
         Some((w, s)) if w.trim().is_empty() => {
             cx.error(
                 Code::EmptyReason,
                 s,
                 "empty reason".into(),
-                "say why this exemption exists: what recursion, breakage or cost it avoids",
+                format!("say why this {noun} exists: what recursion, breakage or cost it avoids"),
             );
             None
         }
-        Some((w, s)) => comment_text(cx, "why", &w, s.clone()).then(|| (w.trim().replace("\r\n", "\n"), s)),
-        None if table.get("why").is_none() => {
+        Some(found) => Some(found),
+        None if required && table.get("why").is_none() => {
             cx.error(
                 Code::MissingKey,
-                span.clone(),
+                span,
                 format!("{what} has no `why`"),
                 "every entry needs a reason: add `why = \"…\"`",
             );
             None
         }
         None => None,
-    };
+    }
+}
+
+fn parse_common(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>, what: &str) -> Option<Common> {
+    let path = string(cx, table, "path");
+    let kbuild_dir = string(cx, table, "kbuild-dir");
+    // Checked as written: trimming first would let a trailing control character through.
+    let why = reason(cx, table, span.clone(), what, true, "exemption")
+        .filter(|(w, s)| comment_text(cx, "why", w, s.clone()))
+        .map(|(w, s)| (w.trim().replace("\r\n", "\n"), s));
     let links: Vec<String> = string_list(cx, table, "links")
         .into_iter()
         .filter(|(l, s)| comment_text(cx, "links", l, Some(s.clone())))

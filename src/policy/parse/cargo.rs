@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use toml_edit::TableLike;
 
-use super::{closest, merge_settings, string, string_list, tables, unknown_keys, Ctx};
+use super::{closest, merge_settings, reason, string, string_list, tables, unknown_keys, Ctx};
 use crate::diagnostic::{Code, Diagnostic, Location};
 use crate::mechanism::{self, MechId, RustMechId};
 use crate::policy::crates::RESERVED_PROFILES;
@@ -25,38 +25,6 @@ pub(super) fn parse(cx: &mut Ctx, root: &dyn TableLike, policy: &mut Policy) {
         if let Some(profile) = parse_profile(cx, table, span) {
             policy.profiles.push(profile);
         }
-    }
-}
-
-/// `why`: mandatory and non-empty where `required`.
-fn reason(
-    cx: &mut Ctx,
-    table: &dyn TableLike,
-    span: Option<Range<usize>>,
-    what: &str,
-    required: bool,
-) -> Option<String> {
-    match string(cx, table, "why") {
-        Some((w, s)) if w.trim().is_empty() => {
-            cx.error(
-                Code::EmptyReason,
-                s,
-                "empty reason".into(),
-                "say why this entry exists: what recursion, breakage or cost it avoids",
-            );
-            None
-        }
-        Some((w, _)) => Some(w.trim().to_string()),
-        None if required && table.get("why").is_none() => {
-            cx.error(
-                Code::MissingKey,
-                span,
-                format!("{what} has no `why`"),
-                "every entry needs a reason: add `why = \"…\"`",
-            );
-            None
-        }
-        None => None,
     }
 }
 
@@ -92,7 +60,7 @@ fn mechanisms(cx: &mut Ctx, table: &dyn TableLike, key: &str) -> Vec<(RustMechId
 fn parse_crate(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -> Option<CrateEntry> {
     unknown_keys(cx, table, CRATE_KEYS, "`[[crate]]`");
     let name = string(cx, table, "name");
-    let why = reason(cx, table, span.clone(), "`[[crate]]`", true);
+    let why = reason(cx, table, span.clone(), "`[[crate]]`", true, "entry").map(|(w, _)| w.trim().to_string());
     let links: Vec<String> = string_list(cx, table, "links").into_iter().map(|(l, _)| l).collect();
     let skip = mechanisms(cx, table, "skip");
     let force = mechanisms(cx, table, "force");
@@ -186,7 +154,7 @@ fn parse_profile(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>
     unknown_keys(cx, table, PROFILE_KEYS, "`[[profile]]`");
     let name = string(cx, table, "name");
     let inherits = string(cx, table, "inherits");
-    let why = reason(cx, table, span.clone(), "`[[profile]]`", false);
+    let why = reason(cx, table, span.clone(), "`[[profile]]`", false, "entry").map(|(w, _)| w.trim().to_string());
     let links: Vec<String> = string_list(cx, table, "links").into_iter().map(|(l, _)| l).collect();
     let enable = mechanisms(cx, table, "enable");
     let inherits = match inherits {
