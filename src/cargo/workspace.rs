@@ -69,10 +69,11 @@ pub fn load(dir: &Path) -> Result<Workspace, Box<Diagnostic>> {
                     .hint("fix the workspace so that `cargo metadata` succeeds (a crates.io dependency needs the network or a filled cache)"),
             )
         })?;
-    let members: Vec<_> = metadata.workspace_members.clone();
-    let mut packages: Vec<(String, cargo_metadata::semver::Version, Package)> = metadata
-        .packages
-        .iter()
+    let members = &metadata.workspace_members;
+    let mut sorted: Vec<&cargo_metadata::Package> = metadata.packages.iter().collect();
+    sorted.sort_by(|a, b| (a.name.as_str(), &a.version).cmp(&(b.name.as_str(), &b.version)));
+    let packages = sorted
+        .into_iter()
         .map(|p| {
             let member = members.contains(&p.id);
             let mut source_dirs: Vec<PathBuf> = if member {
@@ -89,12 +90,9 @@ pub fn load(dir: &Path) -> Result<Workspace, Box<Diagnostic>> {
             // A directory inside another one is walked with it.
             let dirs = source_dirs.clone();
             source_dirs.retain(|d| !dirs.iter().any(|o| o != d && d.starts_with(o)));
-            let package = Package { name: p.name.to_string(), version: p.version.to_string(), member, source_dirs };
-            (p.name.to_string(), p.version.clone(), package)
+            Package { name: p.name.to_string(), version: p.version.to_string(), member, source_dirs }
         })
         .collect();
-    packages.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-    let packages = packages.into_iter().map(|(_, _, p)| p).collect();
     let root = metadata.workspace_root.as_std_path().to_path_buf();
     Ok(Workspace { manifest: root.join("Cargo.toml"), root, packages })
 }
