@@ -2,7 +2,7 @@
 //! conditions as `if…`/`endif`, and a checksum in the end marker that tells a stale block (safe
 //! to regenerate) from a hand-edited one (never overwritten silently).
 
-use super::directive_line;
+use super::unit_line;
 use crate::kbuild::Rules;
 use crate::makefile::{Block, KbuildFile, BEGIN_MARKER, END_MARKER};
 use crate::policy::Unit;
@@ -37,7 +37,7 @@ fn forges_marker(line: &str) -> bool {
     [BEGIN_MARKER, END_MARKER].iter().any(|m| m.strip_prefix("# ").is_some_and(|m| line.starts_with(m)))
 }
 
-fn comment_lines(out: &mut String, text: &str) {
+pub(crate) fn comment_lines(out: &mut String, text: &str) {
     for line in text.lines() {
         // Control characters become blanks, and a line that reads as a marker is indented.
         let line: String = line.chars().map(|c| if c.is_control() && c != '\t' { ' ' } else { c }).collect();
@@ -74,10 +74,9 @@ fn render_body(units: &[&Unit], rules: &Rules) -> String {
                 out.push('\n');
             }
         }
-        for (id, setting) in &unit.settings {
-            if let Some(line) = directive_line(*id, unit.path.object.as_deref(), *setting, rules.naming(*id)) {
-                out.push_str(&line);
-                out.push('\n');
+        for id in unit.settings.keys() {
+            if let Some(l) = unit_line(unit, *id, rules.naming(*id)) {
+                out.push_str(&format!("{} {} {}\n", l.name, l.op, l.value));
             }
         }
         if closes {

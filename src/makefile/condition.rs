@@ -55,6 +55,40 @@ impl Condition {
         Ok(Condition { kind, text, args })
     }
 
+    /// The same test in one spelling: `ifdef X`, `ifeq (a,b)`; so two lines that test the same
+    /// thing compare equal however they are spaced or quoted.
+    pub fn canonical(&self) -> Condition {
+        let keyword = match self.kind {
+            CondKind::Ifdef => "ifdef",
+            CondKind::Ifndef => "ifndef",
+            CondKind::Ifeq => "ifeq",
+            CondKind::Ifneq => "ifneq",
+        };
+        let text = match (self.kind, self.args.as_slice()) {
+            (CondKind::Ifdef | CondKind::Ifndef, [v]) => format!("{keyword} {v}"),
+            (CondKind::Ifeq | CondKind::Ifneq, [a, b]) if !a.contains(',') && !b.contains(',') => {
+                format!("{keyword} ({a},{b})")
+            }
+            _ => self.text.clone(),
+        };
+        Condition { kind: self.kind, text, args: self.args.clone() }
+    }
+
+    /// The test that holds in the `else` branch: `ifdef` and `ifndef` swap, as do `ifeq` and
+    /// `ifneq`. Exact for every form make has, so an `else` branch is a condition like any other.
+    pub fn negated(&self) -> Condition {
+        let kind = match self.kind {
+            CondKind::Ifdef => CondKind::Ifndef,
+            CondKind::Ifndef => CondKind::Ifdef,
+            CondKind::Ifeq => CondKind::Ifneq,
+            CondKind::Ifneq => CondKind::Ifeq,
+        };
+        if self.args.is_empty() {
+            return Condition::unparsed(&format!("not {}", self.text));
+        }
+        Condition { kind, text: String::new(), args: self.args.clone() }.canonical()
+    }
+
     /// A conditional line this module cannot read; it evaluates to false.
     pub fn unparsed(text: &str) -> Condition {
         let kind = match text.split_whitespace().next() {

@@ -43,8 +43,9 @@ pub fn classify(a: &Assignment) -> Option<Directive> {
             if !mentions {
                 return None;
             }
-            let pure = a.value.split_whitespace().all(|w| w == flags || marker_words.contains(&w))
-                && !a.value.ends_with(char::is_whitespace);
+            // Any mix of plain options and variable references is modelled: the unit keeps the
+            // exact flags (`-pg`, `$(CC_FLAGS_FTRACE) $(CC_FLAGS_SCS)`).
+            let pure = a.value.split_whitespace().all(is_plain_flag) && !a.value.ends_with(char::is_whitespace);
             let plain = |s| if pure { DirectiveValue::Plain(s) } else { DirectiveValue::Other };
             let object_of =
                 |prefix: &str| a.name.strip_prefix(prefix).filter(|o| o.ends_with(".o")).map(str::to_string);
@@ -52,13 +53,49 @@ pub fn classify(a: &Assignment) -> Option<Directive> {
                 return Some(Directive { mech: MechId(i), object: Some(o), value: plain(Setting::Skip) });
             }
             if a.name == dir_remove_var || a.name == "ccflags-remove-y" {
-                let value = if a.op == Op::Append { plain(Setting::Skip) } else { DirectiveValue::Other };
-                return Some(Directive { mech: MechId(i), object: None, value });
+                return Some(Directive { mech: MechId(i), object: None, value: plain(Setting::Skip) });
             }
             let o = object_of(add_prefix)?;
             Some(Directive { mech: MechId(i), object: Some(o), value: plain(Setting::Force) })
         }
     })
+}
+
+/// A compiler option (`-pg`, `-fno-stack-protector`, `-Os`) or a plain `$(VARIABLE)` reference:
+/// the words a modelled flag line may hold. Nothing else can become make code from a policy.
+pub fn is_plain_flag(word: &str) -> bool {
+    if let Some(name) = word.strip_prefix("$(").and_then(|w| w.strip_suffix(')')) {
+        return name.starts_with(|c: char| c.is_ascii_uppercase())
+            && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    }
+    word.strip_prefix('-')
+        .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric() || "_=.,+-/".contains(c)))
+}
+
+/// Why a directive line cannot be a unit's line, if it cannot: its value or its form says more
+/// than a unit can (`n # why`, `N`, an `export`, a continuation). Import reports such lines once;
+/// generation leaves them alone; `check` lists them as findings about the tree.
+pub fn unmodelled(a: &Assignment, d: &Directive) -> Option<String> {
+    if d.value == DirectiveValue::Other {
+        return Some(format!("value `{}` is not a plain `n`/`y` or plain compiler flags", a.value.escape_debug()));
+    }
+    if let Some(m) = a.modifiers.first() {
+        return Some(format!("`{m}` assignment"));
+    }
+    if a.continued {
+        return Some("continuation line".into());
+    }
+    if a.inline_comment.is_some() {
+        return Some("inline comment on the directive line".into());
+    }
+    if let Some(f) = a.frames.iter().find(|f| f.condition.args.is_empty()) {
+        return Some(format!("unreadable condition `{}`", f.condition.text));
+    }
+    if matches!(d.mech.get().form, Form::Variable { .. }) && matches!(a.op, Op::Conditional | Op::Shell | Op::Immediate)
+    {
+        return Some(format!("operator `{}`", a.op.as_str()));
+    }
+    None
 }
 
 #[cfg(test)]

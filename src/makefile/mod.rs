@@ -7,7 +7,7 @@ mod directive;
 mod tree;
 
 pub use condition::{CondKind, Condition};
-pub use directive::{classify, Directive, DirectiveValue};
+pub use directive::{classify, is_plain_flag, unmodelled, Directive, DirectiveValue};
 pub use tree::{is_kbuild_name, read_kbuild_files};
 
 /// Assignment operators of GNU make.
@@ -75,6 +75,41 @@ pub struct Assignment {
     pub in_block: bool,
     /// The line was joined from continuation lines.
     pub continued: bool,
+    /// Byte range of the assignment's physical lines in the file, final newline included.
+    pub bytes: std::ops::Range<usize>,
+    /// Byte offset in the file where the value starts (meaningful when not `continued`).
+    pub value_start: usize,
+    /// Leading blanks of the line.
+    pub indent: String,
+}
+
+impl Assignment {
+    /// The conditions the line is active under, outermost first, each as a condition that holds
+    /// (an `else` branch becomes the negated test), in canonical spelling: what a unit's `when`
+    /// says when it means this line.
+    pub fn when(&self) -> Vec<String> {
+        when_of(&self.frames)
+    }
+}
+
+/// See [`Assignment::when`].
+pub fn when_of(frames: &[Frame]) -> Vec<String> {
+    frames.iter().map(|f| if f.in_else { f.condition.negated().text } else { f.condition.canonical().text }).collect()
+}
+
+/// One branch of a conditional: the lines between an `if…`/`else` and the `else`/`endif` that
+/// closes it, with the conditions that hold inside (see [`Assignment::when`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Branch {
+    pub when: Vec<String>,
+    /// 1-based lines of the opening `if…`/`else` and of the closing `else`/`endif`.
+    pub open_line: usize,
+    pub close_line: usize,
+    /// Byte offset where the closing line starts, and where the line after the opening one starts.
+    pub close_byte: usize,
+    pub body_byte: usize,
+    /// Leading blanks of the lines inside, as the first assignment in it is indented.
+    pub indent: String,
 }
 
 /// Where sanpolicy's generated block sits, by 1-based physical line.
@@ -108,6 +143,8 @@ pub struct KbuildFile {
     pub unclosed: Option<(usize, String)>,
     /// Conditional directives in source order (for evaluation).
     pub events: Vec<Event>,
+    /// Every branch of every conditional, in the order they close.
+    pub branches: Vec<Branch>,
     /// Index into `assignments` and classification of every instrumentation directive, in order
     /// (classified once at parse time; the resolver asks for them many times).
     directives: Vec<(usize, Directive)>,
@@ -190,6 +227,8 @@ fn logical_lines(text: &str) -> Vec<Logical> {
 pub fn parse(text: &str) -> KbuildFile {
     let mut file = KbuildFile::default();
     let mut groups: Vec<Vec<Frame>> = Vec::new();
+    // Per open group: (1-based line, byte after it) of the `if…`/`else` opening its current branch.
+    let mut opened: Vec<(usize, usize)> = Vec::new();
     let mut in_define = 0usize;
     let mut define_line = 0usize;
     let mut comment: Option<(String, usize)> = None;
@@ -246,16 +285,19 @@ pub fn parse(text: &str) -> KbuildFile {
                 continue;
             }
             "ifdef" | "ifndef" | "ifeq" | "ifneq" => {
-                let text = strip_comment(trimmed).0.trim();
-                let condition = Condition::parse(text).unwrap_or_else(|_| Condition::unparsed(text));
+                let cond_text = strip_comment(trimmed).0.trim();
+                let condition = Condition::parse(cond_text).unwrap_or_else(|_| Condition::unparsed(cond_text));
                 file.events.push(Event::If(condition.clone()));
                 groups.push(vec![Frame { condition, line: logical.line, in_else: false }]);
+                opened.push((logical.line, next_line_byte(text, &logical)));
                 continue;
             }
             "else" => {
                 let rest = strip_comment(trimmed).0.trim()[4..].trim().to_string();
                 let chained = Condition::parse(&rest).ok();
                 file.events.push(Event::Else(chained.clone()));
+                close_branch(&mut file, &groups, &mut opened, &logical);
+                opened.push((logical.line, next_line_byte(text, &logical)));
                 if let Some(group) = groups.last_mut() {
                     if let Some(top) = group.last_mut() {
                         top.in_else = true;
@@ -269,6 +311,7 @@ pub fn parse(text: &str) -> KbuildFile {
             }
             "endif" => {
                 file.events.push(Event::Endif);
+                close_branch(&mut file, &groups, &mut opened, &logical);
                 groups.pop();
                 continue;
             }
@@ -292,6 +335,7 @@ pub fn parse(text: &str) -> KbuildFile {
             file.directives.push((file.assignments.len(), d));
         }
         a.in_block = block_begin.is_some();
+        a.bytes = logical.start_byte..next_line_byte(text, &logical);
         file.events.push(Event::Assign(file.assignments.len()));
         file.assignments.push(a);
     }
@@ -304,6 +348,36 @@ pub fn parse(text: &str) -> KbuildFile {
         groups.first().and_then(|g| g.first()).map(|f| (f.line, first_word(&f.condition.text).to_string()))
     };
     file
+}
+
+/// Byte offset of the line after `logical` (the file's end for the last line).
+fn next_line_byte(text: &str, logical: &Logical) -> usize {
+    let mut end = logical.start_byte;
+    for _ in logical.line..=logical.end_line {
+        end = text[end..].find('\n').map_or(text.len(), |i| end + i + 1);
+    }
+    end
+}
+
+/// Record the branch that the `else`/`endif` at `logical` closes.
+fn close_branch(file: &mut KbuildFile, groups: &[Vec<Frame>], opened: &mut Vec<(usize, usize)>, logical: &Logical) {
+    let Some((open_line, body_byte)) = opened.pop() else { return };
+    let frames: Vec<Frame> = groups.iter().flatten().cloned().collect();
+    let indent = file
+        .assignments
+        .iter()
+        .rev()
+        .find(|a| a.line > open_line)
+        .map(|a| a.indent.clone())
+        .unwrap_or_default();
+    file.branches.push(Branch {
+        when: when_of(&frames),
+        open_line,
+        close_line: logical.line,
+        close_byte: logical.start_byte,
+        body_byte,
+        indent,
+    });
 }
 
 enum MarkerKind {
@@ -414,6 +488,9 @@ fn parse_assignment(logical: &Logical) -> Option<Assignment> {
     .find(|(s, _)| after.starts_with(s))
     .map(|(s, op)| (op, s.len()))?;
     let value = after[op_len..].trim_start_matches([' ', '\t']).to_string();
+    // The value is a suffix of the code part, which starts the logical line.
+    let value_start = logical.start_byte + code.len() - after[op_len..].trim_start_matches([' ', '\t']).len();
+    let indent = logical.text[..logical.text.len() - logical.text.trim_start().len()].to_string();
     Some(Assignment {
         name: name.to_string(),
         op,
@@ -427,6 +504,9 @@ fn parse_assignment(logical: &Logical) -> Option<Assignment> {
         comment_line: None,
         in_block: false,
         continued: logical.end_line > logical.line,
+        bytes: 0..0,
+        value_start,
+        indent,
     })
 }
 

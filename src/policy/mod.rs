@@ -24,6 +24,49 @@ pub enum Setting {
     Force,
 }
 
+/// How a policy's directives live in the tree (`layout = "…"`). All three give the same
+/// effective state; they differ in which files hold the lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// Ordinary lines in each directory's kbuild file, where the tree keeps them.
+    #[default]
+    InPlace,
+    /// One marked, checksummed generated block per directory.
+    Block,
+    /// One generated file for the whole tree, read by Kbuild after each directory's own file.
+    Central,
+}
+
+impl Layout {
+    pub const NAMES: &'static [&'static str] = &["in-place", "block", "central"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::InPlace => "in-place",
+            Layout::Block => "block",
+            Layout::Central => "central",
+        }
+    }
+
+    pub fn by_name(name: &str) -> Option<Layout> {
+        [Layout::InPlace, Layout::Block, Layout::Central].into_iter().find(|l| l.name() == name)
+    }
+}
+
+/// One `[[acknowledge]]` entry: a finding the policy keeps on purpose (a stale upstream
+/// directive, a requirement this tree breaks). `check` lists it and does not fail on it.
+#[derive(Debug, Clone)]
+pub struct Acknowledgement {
+    /// The finding's diagnostic code (`missing-source`, `recursion-prone`, …).
+    pub code: String,
+    /// The unit or requirement path the finding is about.
+    pub path: String,
+    /// The mechanism, for findings about one (`recursion-prone`).
+    pub mechanism: Option<MechId>,
+    pub why: String,
+    pub location: Location,
+}
+
 /// One `[[unit]]` entry.
 #[derive(Debug, Clone)]
 pub struct Unit {
@@ -41,6 +84,25 @@ pub struct Unit {
     pub location: Location,
     /// Where each mechanism name is written, for pointing at it.
     pub setting_locations: BTreeMap<MechId, Location>,
+    /// For flag-removal mechanisms (ftrace): the exact flags the line removes or adds when they
+    /// are not the mechanism's own flag variable (x86's `CFLAGS_REMOVE_head64.o = -pg` keeps
+    /// `-mfentry -mrecord-mcount`, unlike `$(CC_FLAGS_FTRACE)`). Absent: the mechanism's flags.
+    pub flags: BTreeMap<MechId, String>,
+}
+
+impl Unit {
+    /// The value the unit's line for `id` carries: `n`/`y` (or objtool's inverse), or the flags.
+    pub fn value(&self, id: MechId) -> Option<String> {
+        let setting = *self.settings.get(&id)?;
+        Some(match id.get().form {
+            crate::mechanism::Form::Variable { skip_value, force_value, .. } => {
+                (if setting == Setting::Skip { skip_value } else { force_value }).to_string()
+            }
+            crate::mechanism::Form::FlagRemoval { flags, .. } => {
+                self.flags.get(&id).cloned().unwrap_or_else(|| flags.to_string())
+            }
+        })
+    }
 }
 
 /// One `[[require]]` entry: a unit that must be exempt from the listed mechanisms.
@@ -57,7 +119,7 @@ pub struct Requirement {
 }
 
 /// A parsed policy file (with its includes).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Policy {
     /// Every file read, main file first, with its text.
     pub files: Vec<(PathBuf, String)>,
@@ -67,7 +129,35 @@ pub struct Policy {
     pub crates: Vec<CrateEntry>,
     /// `[[profile]]` entries: the Cargo profiles `gen-cargo` writes.
     pub profiles: Vec<CargoProfile>,
+    /// `layout = "…"` (main file only).
+    pub layout: Layout,
+    /// `builtin-requirements = false` opts out of the requirements compiled into sanpolicy.
+    pub builtin_requirements: bool,
+    /// `[[acknowledge]]` entries.
+    pub acknowledged: Vec<Acknowledgement>,
 }
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            files: Vec::new(),
+            units: Vec::new(),
+            requirements: Vec::new(),
+            crates: Vec::new(),
+            profiles: Vec::new(),
+            layout: Layout::default(),
+            builtin_requirements: true,
+            acknowledged: Vec::new(),
+        }
+    }
+}
+
+/// The recursion-prone requirements every kernel policy gets unless it opts out, compiled in
+/// from `policy/recursion-prone.toml` so a kernel checkout needs no copy of this repository.
+pub const BUILTIN_REQUIREMENTS: &str = include_str!("../../policy/recursion-prone.toml");
+
+/// How diagnostics name the compiled-in requirements file.
+pub const BUILTIN_REQUIREMENTS_NAME: &str = "<sanpolicy>/recursion-prone.toml";
 
 impl Policy {
     /// The directories whose kbuild files the policy writes to, sorted.

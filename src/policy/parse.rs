@@ -12,9 +12,11 @@ use crate::diagnostic::{Code, Diagnostic, Diagnostics, LineIndex, Location};
 use crate::mechanism::{self, MechId};
 
 mod cargo;
+mod layout;
 
-const TOP_KEYS: &[&str] = &["include", "unit", "require", "crate", "profile"];
-const UNIT_KEYS: &[&str] = &["path", "skip", "force", "why", "links", "when", "vars", "kbuild-dir"];
+const TOP_KEYS: &[&str] =
+    &["include", "layout", "builtin-requirements", "unit", "require", "acknowledge", "crate", "profile"];
+const UNIT_KEYS: &[&str] = &["path", "skip", "force", "flags", "why", "links", "when", "vars", "kbuild-dir"];
 const REQUIRE_KEYS: &[&str] = &["path", "exempt", "except", "why", "links"];
 
 /// Read and parse the policy at `path` and the files it includes.
@@ -30,8 +32,26 @@ pub fn load_with(path: &Path, read: Reader) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
     load_into(path, &mut policy, &mut diags, 0, read);
+    add_builtin_requirements(&mut policy, &mut diags);
     check_duplicates(&policy, &mut diags);
     (policy, diags)
+}
+
+/// The compiled-in recursion-prone requirements, unless the policy opts out. A requirement the
+/// policy already states (same path, same mechanisms) is not added twice.
+fn add_builtin_requirements(policy: &mut Policy, diags: &mut Diagnostics) {
+    if !policy.builtin_requirements || policy.files.is_empty() {
+        return;
+    }
+    let mut builtin = Policy::default();
+    let name = Path::new(super::BUILTIN_REQUIREMENTS_NAME);
+    parse_file(name, super::BUILTIN_REQUIREMENTS, &mut builtin, diags, 1, &|_| {
+        Err(std::io::Error::other("the built-in requirements include nothing"))
+    });
+    let key = |r: &Requirement| (r.path.text.clone(), r.exempt.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+    let stated: Vec<_> = policy.requirements.iter().map(key).collect();
+    policy.requirements.extend(builtin.requirements.into_iter().filter(|r| !stated.contains(&key(r))));
+    policy.files.extend(builtin.files);
 }
 
 /// Parse policy text that is not on disk (tests, stdin).
@@ -39,6 +59,7 @@ pub fn parse_str(path: &Path, text: &str) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
     parse_file(path, text, &mut policy, &mut diags, 0, &|p| std::fs::read(p));
+    add_builtin_requirements(&mut policy, &mut diags);
     check_duplicates(&policy, &mut diags);
     (policy, diags)
 }
@@ -114,6 +135,7 @@ fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnost
         }
     }
     cargo::parse(&mut cx, root, policy);
+    layout::parse(&mut cx, root, policy, depth == 0);
     for (name, span) in string_list(&mut cx, root, "include") {
         let target = path.parent().unwrap_or(Path::new(".")).join(&name);
         if depth >= 8 || policy.files.iter().any(|(p, _)| *p == target) {
@@ -366,6 +388,7 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
     let vars = parse_vars(cx, table);
     let common = common?;
     let (settings, setting_locations) = merge_settings(cx, &common.path.text, skip, force);
+    let flags = layout::parse_flags(cx, table, &settings);
     // A non-empty (or mistyped) `skip`/`force` whose entries were all rejected has been reported
     // already; "neither skips nor forces" would only repeat it less precisely.
     let attempted =
@@ -390,6 +413,7 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
         vars,
         location: cx.loc(common.path_span),
         setting_locations,
+        flags,
     })
 }
 
