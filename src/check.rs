@@ -1,5 +1,13 @@
 //! Checks that need more than the policy text: recursion-prone requirements against the
-//! effective state, sources of named objects, and directives outside the generated block.
+//! effective state, sources of named objects, directives the policy cannot model, and drift.
+//!
+//! One verdict, two tiers: *drift* (the tree's directives or a generated file differ from the
+//! policy; [`Code::is_drift`]) fails `check`, `gen-makefiles --check` and the pre-commit hook
+//! alike; *tree findings* (a requirement the tree breaks, a stale directive) fail `check` only
+//! and can be acknowledged in the policy.
+
+mod acknowledge;
+pub mod drift;
 
 use std::path::Path;
 
@@ -11,19 +19,106 @@ use crate::mechanism::MechId;
 use crate::policy::{expand_variants, Policy, Requirement};
 
 /// Every check; `tree` is `None` when only the policy is checked (the plan then holds the
-/// rendered fragments).
-pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan) -> Diagnostics {
+/// rendered fragments). `base` is the last generated state (the effective snapshot), which
+/// tells drift's hints which side moved; `program` is how the hints name sanpolicy.
+pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan, base: &drift::Base, program: &str) -> Diagnostics {
     let mut diags = Diagnostics::default();
     unread_mechanisms(policy, rules, &mut diags);
     placeholder_reasons(policy, &mut diags);
     if let Some(tree) = tree {
         sources(policy, rules, tree, plan, &mut diags);
-        outside_directives(plan, &mut diags);
+        unmodelled_lines(plan, rules, &mut diags);
+        diags.extend(drift::findings(policy, plan, rules, base, program));
     }
     for req in &policy.requirements {
+        if let Some(note) = tree.and_then(|t| not_applicable(req, rules, t, plan)) {
+            diags.push(note);
+            continue;
+        }
         requirement(req, rules, tree, plan, &mut diags);
     }
-    diags
+    acknowledge::apply(policy, diags)
+}
+
+/// What writing `plan` would newly break, so `gen-makefiles` refuses it (nothing is written):
+/// a unit that is new since the last generation naming an object with no source, and a
+/// requirement that holds in the tree as it is but not as planned. Findings about lines already
+/// in the tree never block writing.
+pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, base: &drift::Base) -> Diagnostics {
+    let mut out = Diagnostics::default();
+    let mut missing = Diagnostics::default();
+    sources(policy, rules, tree, plan, &mut missing);
+    let in_tree = |path: &str| {
+        policy.units.iter().filter(|u| u.path.text == path).any(|u| {
+            let variants = expand_variants(&u.path.text, &u.vars);
+            u.settings.keys().any(|id| variants.iter().any(|v| base.has(v, *id)))
+        })
+    };
+    let missing = acknowledge::apply(policy, missing);
+    for d in missing.0.into_iter().filter(|d| d.code == Code::MissingSource) {
+        if d.subject.as_deref().is_some_and(|s| !in_tree(s)) {
+            out.push(Diagnostic { hint: Some("writing this line would add a dead exemption: fix the object name in the policy (or drop the unit)".into()), ..d });
+        }
+    }
+    let before = Plan {
+        files: plan.before.iter().map(|(d, t)| (d.clone(), crate::generate::PlannedFile::new(tree.join(d), t.clone()))).collect(),
+        ..Plan::default()
+    };
+    for req in &policy.requirements {
+        let (mut now, mut then) = (Diagnostics::default(), Diagnostics::default());
+        requirement(req, rules, Some(tree), &before, &mut now);
+        requirement(req, rules, Some(tree), plan, &mut then);
+        for d in then.0 {
+            if !now.iter().any(|n| n.subject == d.subject) {
+                out.push(Diagnostic {
+                    message: format!("writing the policy would break a requirement: {}", d.message),
+                    ..d
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A requirement on an object or directory this tree does not have is listed, not judged.
+fn not_applicable(req: &Requirement, rules: &Rules, tree: &Path, plan: &Plan) -> Option<Diagnostic> {
+    let dir = tree.join(&req.path.kbuild_dir);
+    let present = match &req.path.object {
+        None => dir.is_dir(),
+        Some(o) => {
+            let text = plan.files.get(&req.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or("");
+            let naming = req.exempt.first().map_or(crate::kbuild::Naming::TargetStem, |(id, _)| rules.naming(*id));
+            dir.is_dir() && has_source(&dir, o, &Default::default(), text, naming)
+        }
+    };
+    (!present).then(|| {
+        Diagnostic::note(Code::NotApplicable, format!("requirement for `{}` does not apply: the tree has no such {}", req.path.text, if req.path.object.is_some() { "object" } else { "directory" }))
+            .at(req.location.clone())
+    })
+}
+
+/// Directive lines of the tree that no unit can stand for (`KASAN_SANITIZE_x.o := n # why`):
+/// sanpolicy leaves them alone, and says so once per line.
+fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
+    let _ = rules;
+    for (dir, file) in &plan.files {
+        let Some(before) = plan.before.get(dir) else { continue };
+        let parsed = makefile::parse(before);
+        for (i, d) in parsed.directives() {
+            let a = &parsed.assignments[i];
+            let Some(why) = makefile::unmodelled(a, d).filter(|_| !a.in_block) else { continue };
+            let path = match &d.object {
+                Some(o) => format!("{dir}/{o}"),
+                None => format!("{dir}/"),
+            };
+            diags.push(
+                Diagnostic::error(Code::Unrepresentable, format!("`{}` is decided outside the policy: {why}", a.name))
+                    .at(Location::at_line(&file.path, before, a.line))
+                    .hint("rewrite it as a plain line (`NAME := n`, flags without comments or trailing blanks) and run `sanpolicy sync`, or acknowledge it with `[[acknowledge]]` code `unrepresentable`")
+                    .about(&path, Some(d.mech)),
+            );
+        }
+    }
 }
 
 fn unread_mechanisms(policy: &Policy, rules: &Rules, diags: &mut Diagnostics) {
@@ -93,7 +188,8 @@ fn sources(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, diags: &mut
                             .collect::<Vec<_>>()
                             .join(", ")
                     ))
-                    .hint("the exemption is dead: fix the object name or remove the unit"),
+                    .hint("the exemption is dead: fix the object name or remove the unit (or acknowledge it with `[[acknowledge]]` code `missing-source` when the line is upstream's)")
+                    .about(&unit.path.text, None),
             );
         }
     }
@@ -115,44 +211,20 @@ pub fn has_source(
         let stem = v.strip_suffix(".o").unwrap_or(v);
         let name = stem.rsplit('/').next().unwrap_or(stem);
         let in_subdirectory = format!("/{name}.o");
+        let generated = |ext: &str| {
+            let file = format!("{name}.{ext}");
+            kbuild_text.contains(&format!("$(obj)/{file}")) || kbuild_text.split_whitespace().any(|w| w == file)
+        };
+        // A source the kbuild file names (copied or generated by a local rule) counts too.
         exists(stem)
-            || kbuild_text.contains(&format!("$(obj)/{name}.S"))
+            || generated("S")
+            || generated("c")
             || (naming == crate::kbuild::Naming::Basetarget
                 && kbuild_text
                     .split(|c: char| c.is_whitespace() || c == '=')
                     .filter_map(|w| w.strip_suffix(in_subdirectory.as_str()))
                     .any(|sub| exists(&format!("{sub}/{name}"))))
     })
-}
-
-/// Directives outside the block: for a variable the block also sets they fight over the value
-/// (error); others are lines the policy does not know (warning: import them).
-fn outside_directives(plan: &Plan, diags: &mut Diagnostics) {
-    for file in plan.files.values() {
-        let text = &file.text;
-        let inside = file.parsed().block_names();
-        for (i, _) in file.parsed().directives() {
-            let a = &file.parsed().assignments[i];
-            if a.in_block {
-                continue;
-            }
-            let loc = Location::at_line(&file.path, text, a.line);
-            diags.push(if inside.contains(a.name.as_str()) {
-                Diagnostic::error(
-                    Code::ConflictingDirective,
-                    format!("`{}` is set both here and in the generated block", a.name),
-                )
-                .at(loc)
-                .hint("the policy owns this variable: delete this hand-written line (or `sanpolicy import` it)")
-            } else {
-                Diagnostic::warning(Code::UnmanagedDirective, format!("`{}` is not in the policy", a.name))
-                    .at(loc)
-                    .hint(
-                    "add it to the policy with a reason (`sanpolicy import --adopt` moves such lines), then regenerate",
-                )
-            });
-        }
-    }
 }
 
 /// The kbuild text the requirement is judged against: as generated, else as on disk.
@@ -189,7 +261,8 @@ fn requirement(req: &Requirement, rules: &Rules, tree: Option<&Path>, plan: &Pla
                 Diagnostic::error(Code::RecursionProne, message)
                     .at(loc.clone())
                     .label(cause)
-                    .hint(format!("{fix}: {}", req.why.lines().next().unwrap_or(""))),
+                    .hint(format!("{fix}: {}", req.why.lines().next().unwrap_or("")))
+                    .about(&req.path.text, Some(*id)),
             );
         }
     }

@@ -47,6 +47,10 @@ pub enum Code {
     BadReason,
     ConflictingUnits,
     Symlink,
+    Drift,
+    StaleAcknowledgement,
+    Acknowledged,
+    NotApplicable,
 }
 
 impl Code {
@@ -87,6 +91,10 @@ impl Code {
             Code::BadReason => "bad-reason",
             Code::ConflictingUnits => "conflicting-units",
             Code::Symlink => "symlink",
+            Code::Drift => "drift",
+            Code::StaleAcknowledgement => "stale-acknowledgement",
+            Code::Acknowledged => "acknowledged",
+            Code::NotApplicable => "not-applicable",
         }
     }
 
@@ -106,6 +114,20 @@ impl Code {
                 | Code::HandEditedBlock
                 | Code::UndocumentedAttribute
                 | Code::UnparsableSource
+                | Code::Drift
+                | Code::StaleAcknowledgement
+                | Code::Acknowledged
+                | Code::NotApplicable
+        )
+    }
+
+    /// Drift: the tree's directives (or a generated file) differ from the policy. The same
+    /// codes fail `check`, `gen-makefiles --check` and the pre-commit hook, and cannot be
+    /// acknowledged: they are fixed by `sync` or `gen-makefiles`.
+    pub fn is_drift(self) -> bool {
+        matches!(
+            self,
+            Code::Drift | Code::StaleFile | Code::UnmanagedDirective | Code::ConflictingDirective | Code::HandEditedBlock
         )
     }
 }
@@ -114,6 +136,8 @@ impl Code {
 pub enum Severity {
     Error,
     Warning,
+    /// Listed, never failing: an acknowledged finding, a requirement that does not apply.
+    Note,
 }
 
 /// Where a diagnostic points: a file, 1-based line and column, and the byte span.
@@ -206,11 +230,34 @@ pub struct Diagnostic {
     pub label: Option<String>,
     /// How to fix it.
     pub hint: Option<String>,
+    /// What the finding is about (`path` or `path mechanism`), for `[[acknowledge]]`.
+    pub subject: Option<String>,
 }
 
 impl Diagnostic {
     pub fn error(code: Code, message: impl Into<String>) -> Diagnostic {
-        Diagnostic { code, severity: Severity::Error, message: message.into(), location: None, label: None, hint: None }
+        Diagnostic {
+            code,
+            severity: Severity::Error,
+            message: message.into(),
+            location: None,
+            label: None,
+            hint: None,
+            subject: None,
+        }
+    }
+
+    pub fn note(code: Code, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Note, ..Diagnostic::error(code, message) }
+    }
+
+    /// Say what the finding is about, so a policy can acknowledge it.
+    pub fn about(mut self, path: &str, mechanism: Option<crate::mechanism::MechId>) -> Diagnostic {
+        self.subject = Some(match mechanism {
+            Some(m) => format!("{path} {m}"),
+            None => path.to_string(),
+        });
+        self
     }
 
     pub fn warning(code: Code, message: impl Into<String>) -> Diagnostic {
@@ -241,6 +288,7 @@ impl Diagnostic {
         let sev = match self.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
+            Severity::Note => "note",
         };
         let place = self.location.as_ref().map(|l| format!("{l}: ")).unwrap_or_default();
         format!("{place}{sev}[{}]: {}", self.code.as_str(), self.message)
@@ -376,6 +424,7 @@ pub fn render(diags: &Diagnostics, sources: &mut Sources, color: bool) -> String
         let mut cs = match d.severity {
             Severity::Error => CsDiagnostic::error(),
             Severity::Warning => CsDiagnostic::warning(),
+            Severity::Note => CsDiagnostic::note(),
         }
         .with_code(d.code.as_str())
         .with_message(shown(&d.message));

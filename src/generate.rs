@@ -14,7 +14,7 @@ use crate::kbuild::Rules;
 use crate::makefile::{self, KbuildFile, BEGIN_MARKER};
 use crate::mechanism::MechId;
 use crate::output::Change;
-use crate::policy::{Policy, Setting, Unit};
+use crate::policy::{Layout, Policy, Setting, Unit};
 
 /// The planned new state of one directory's kbuild file.
 #[derive(Debug, Clone)]
@@ -42,6 +42,11 @@ pub struct Plan {
     pub diags: Diagnostics,
     /// By directory (relative to the tree): the kbuild file as it would be after writing.
     pub files: BTreeMap<String, PlannedFile>,
+    /// In-place layout: by directory, what reconciling its kbuild file with the policy changes
+    /// (drift is exactly these edits).
+    pub edits: BTreeMap<String, Vec<emit::inplace::Edit>>,
+    /// By directory, the kbuild file as it is on disk (where the plan read it).
+    pub before: BTreeMap<String, String>,
 }
 
 /// `Kbuild` shadows `Makefile` in the same directory, as in `scripts/Kbuild.include`.
@@ -83,6 +88,91 @@ pub fn decode_kbuild(path: &Path, bytes: Vec<u8>) -> Result<String, Box<Diagnost
 /// blocks in directories the policy no longer names (they are removed); without it only the
 /// policy's own directories are read, which is what a fast drift check needs.
 pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: bool) -> Plan {
+    match policy.layout {
+        Layout::InPlace => plan_in_place(policy, tree, rules, sweep),
+        Layout::Block | Layout::Central => plan_blocks(policy, tree, rules, force, sweep),
+    }
+}
+
+/// The in-place layout: every directory the policy names, and with `sweep` every directory
+/// whose kbuild file holds a directive, reconciled line by line with its units.
+fn plan_in_place(policy: &Policy, tree: &Path, rules: &Rules, sweep: bool) -> Plan {
+    let mut plan = Plan::default();
+    let by_dir = policy.units_by_dir();
+    let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
+    let mut dirs: BTreeMap<String, Vec<&Unit>> =
+        by_dir.iter().map(|(d, u)| (d.to_string(), u.clone())).collect();
+    if sweep {
+        for (path, _) in makefile::read_kbuild_files(tree, &crate::mechanism::directive_words()).0 {
+            let Some(dir) = path.parent().and_then(|d| d.strip_prefix(tree).ok()) else { continue };
+            let dir = dir.to_string_lossy().into_owned();
+            if kbuild_file(&tree.join(&dir)).as_deref() == Some(path.as_path()) {
+                dirs.entry(dir).or_default();
+            }
+        }
+    }
+    for (dir, units) in &dirs {
+        if conflicts(units, rules, &mut plan.diags) {
+            continue;
+        }
+        let Some((path, target, display, old)) = open_dir(&mut plan, &mut at, dir, units) else { continue };
+        let parsed = makefile::parse(&old);
+        let reconciled = emit::inplace::reconcile(&old, &parsed, units, rules);
+        plan.files.insert(dir.clone(), PlannedFile::new(path.clone(), reconciled.text.clone()));
+        if !reconciled.edits.is_empty() {
+            plan.edits.insert(dir.clone(), reconciled.edits);
+        }
+        plan.before.insert(dir.clone(), old.clone());
+        plan.changes.push(Change { path: target, display, old: Some(old), new: Some(reconciled.text) });
+    }
+    plan
+}
+
+/// A directory's kbuild file, ready to plan: its path, the file to write (symlinks inside the
+/// tree resolved), its name as shown, and its text; or the problem reported in `plan`.
+fn open_dir(
+    plan: &mut Plan,
+    at: &mut Site,
+    dir: &str,
+    units: &[&Unit],
+) -> Option<(PathBuf, PathBuf, String, String)> {
+    let tree = at.tree;
+    let unit_at = units.first().map(|u| u.location.clone());
+    let dir_path = tree.join(dir);
+    let located = |d: Diagnostic| match &unit_at {
+        Some(l) => d.at(l.clone()),
+        None => d,
+    };
+    if !dir_path.is_dir() {
+        plan.diags.push(located(
+            Diagnostic::error(Code::MissingDirectory, format!("directory `{dir}/` does not exist in the tree"))
+                .hint("fix the unit's path, or point `--tree` at the kernel tree it belongs to"),
+        ));
+        return None;
+    }
+    let Some(path) = kbuild_file(&dir_path) else {
+        plan.diags.push(located(Diagnostic::error(Code::MissingKbuildFile, format!("`{dir}/` has no `Kbuild` or `Makefile`")).hint("Kbuild only reads directories with a kbuild file; name the directory whose Makefile builds the object (`kbuild-dir`)")));
+        return None;
+    };
+    let display = path.strip_prefix(tree).unwrap_or(&path).display().to_string();
+    let target = match inside_tree(at, &path, &display) {
+        Ok(t) => t,
+        Err(d) => {
+            plan.diags.push(*d);
+            return None;
+        }
+    };
+    match read_kbuild(&path) {
+        Ok(old) => Some((path, target, display, old)),
+        Err(d) => {
+            plan.diags.push(*d);
+            None
+        }
+    }
+}
+
+/// The block layout: one generated block per directory the policy names.
+fn plan_blocks(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: bool) -> Plan {
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
     let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
@@ -194,33 +284,8 @@ fn inside_tree(at: &mut Site, path: &Path, display: &str) -> Result<PathBuf, Box
 }
 
 fn plan_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit], rules: &Rules, force: bool) {
-    let tree = at.tree;
-    let unit_at = units.first().map(|u| u.location.clone());
-    let dir_path = tree.join(dir);
-    let located = |d: Diagnostic| match &unit_at {
-        Some(l) => d.at(l.clone()),
-        None => d,
-    };
-    if !dir_path.is_dir() {
-        plan.diags.push(located(
-            Diagnostic::error(Code::MissingDirectory, format!("directory `{dir}/` does not exist in the tree"))
-                .hint("fix the unit's path, or point `--tree` at the kernel tree it belongs to"),
-        ));
-        return;
-    }
-    let Some(path) = kbuild_file(&dir_path) else {
-        plan.diags.push(located(Diagnostic::error(Code::MissingKbuildFile, format!("`{dir}/` has no `Kbuild` or `Makefile`")).hint("Kbuild only reads directories with a kbuild file; name the directory whose Makefile builds the object (`kbuild-dir`)")));
-        return;
-    };
-    let display = path.strip_prefix(tree).unwrap_or(&path).display().to_string();
-    let target = match inside_tree(at, &path, &display) {
-        Ok(t) => t,
-        Err(d) => return plan.diags.push(*d),
-    };
-    let old = match read_kbuild(&path) {
-        Ok(t) => t,
-        Err(d) => return plan.diags.push(*d),
-    };
+    let Some((path, target, display, old)) = open_dir(plan, at, dir, units) else { return };
+    plan.before.insert(dir.to_string(), old.clone());
     let parsed = makefile::parse(&old);
     let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
     match emit::splice(&old, &parsed, &block, force) {

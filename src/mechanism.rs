@@ -147,6 +147,18 @@ impl std::fmt::Display for MechId {
     }
 }
 
+/// Words every directive line contains one of: files without any hold no directive, so a walk
+/// over a tree need not parse them.
+pub fn directive_words() -> Vec<&'static str> {
+    let mut words: Vec<&'static str> = MECHANISMS.iter().map(Mechanism::directive_name).collect();
+    for m in MECHANISMS {
+        if let Form::FlagRemoval { marker_words, .. } = m.form {
+            words.extend(marker_words);
+        }
+    }
+    words
+}
+
 /// The policy names of all mechanisms, for "expected one of" hints.
 pub fn names() -> Vec<&'static str> {
     MECHANISMS.iter().map(|m| m.name).collect()

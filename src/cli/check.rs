@@ -2,10 +2,11 @@
 
 use clap::Args;
 
-use super::context::{display, inputs, plan_for, CommonArgs, Ui};
+use super::context::{base_for, display, inputs, plan_with_snapshot, CommonArgs, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
 use crate::check;
 use crate::diagnostic::{Code, Diagnostic, Location};
+
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -20,6 +21,26 @@ pub struct CheckArgs {
     /// drift of the generated profile tables. Without `--tree`, no kernel tree is read.
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<std::path::PathBuf>,
+    /// Print only what fails the run (and the summary line).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// The closing line: the verdict in numbers, the same shape whatever was found.
+fn summary(policy: &crate::policy::Policy, path: &std::path::Path, diags: &crate::diagnostic::Diagnostics) -> String {
+    let count = |f: &dyn Fn(&Diagnostic) -> bool| diags.iter().filter(|d| f(d)).count();
+    let drift = count(&|d| d.is_error() && d.code.is_drift());
+    let findings = count(&|d| d.is_error() && !d.code.is_drift());
+    let acknowledged = count(&|d| d.code == Code::Acknowledged);
+    let not_applicable = count(&|d| d.code == Code::NotApplicable);
+    let warnings = count(&|d| d.severity == crate::diagnostic::Severity::Warning);
+    let verdict = if drift + findings == 0 { "ok" } else { "FAILED" };
+    format!(
+        "check {verdict}: {}: {} unit(s), {} requirement(s) ({not_applicable} not applicable here); {drift} drift, {findings} finding(s), {acknowledged} acknowledged, {warnings} warning(s)",
+        display(path),
+        policy.units.len(),
+        policy.requirements.len()
+    )
 }
 
 pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
@@ -29,36 +50,26 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     let with_tree = args.workspace.is_none() || args.common.tree.is_some();
     let Ok(inputs) = inputs(&common, defaults, with_tree, ui) else { return EXIT_BAD_INPUT };
-    let plan = plan_for(&inputs, None, defaults, false, true);
+    let plan = plan_with_snapshot(&inputs, None, defaults, false, true);
     let mut diags = plan.diags.clone();
-    diags.extend(check::run(&inputs.policy, &inputs.rules, inputs.tree.as_deref(), &plan));
+    let base = base_for(&inputs);
+    diags.extend(check::run(&inputs.policy, &inputs.rules, inputs.tree.as_deref(), &plan, &base, &defaults.program));
     if args.strict {
         // One error per placeholder replaces the summary warning.
         diags.0.retain(|d| d.code != Code::PlaceholderReason);
         diags.extend(check::placeholder_errors(&inputs.policy));
     }
-    if let Some(tree) = &inputs.tree {
-        for c in plan.changes.iter().filter(|c| !c.is_noop()) {
-            diags.push(
-                Diagnostic::error(Code::StaleFile, format!("`{}` is not in sync with the policy", c.display))
-                    .at(Location::file(&tree.join(&c.display)))
-                    .hint(format!("run `{} gen-makefiles` (see `--check` for the diff)", defaults.program)),
-            );
-        }
-    }
     if let Some(ws) = &args.workspace {
         diags.extend(workspace_findings(&inputs.policy, &inputs.policy_path, ws, defaults));
     }
     let diags = diags.sorted();
-    ui.report(&diags);
+    if args.quiet {
+        ui.report(&crate::diagnostic::Diagnostics(diags.iter().filter(|d| d.is_error()).cloned().collect()));
+    } else {
+        ui.report(&diags);
+    }
     let errors = diags.iter().filter(|d| d.is_error()).count();
-    let warnings = diags.0.len() - errors;
-    eprintln!(
-        "{}: {} unit(s), {} requirement(s): {errors} error(s), {warnings} warning(s)",
-        display(&inputs.policy_path),
-        inputs.policy.units.len(),
-        inputs.policy.requirements.len()
-    );
+    eprintln!("{}", summary(&inputs.policy, &inputs.policy_path, &diags));
     if diags.has_bad_input() {
         EXIT_BAD_INPUT
     } else if errors > 0 {

@@ -11,6 +11,7 @@ use crate::diagnostic::{self, Code, Diagnostic, Diagnostics, Sources};
 use crate::generate::{self, Plan};
 use crate::kbuild::Rules;
 use crate::policy::{self, Policy};
+use crate::review::effective;
 
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
@@ -85,6 +86,42 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
     }
     ui.report(&diags.sorted());
     Ok(Inputs { policy_path, tree, policy, rules })
+}
+
+/// The plan of every generated file, the effective snapshot included (computed on the other
+/// core): what `gen-makefiles` writes and what drift is judged on.
+pub fn plan_with_snapshot(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: bool) -> Plan {
+    let (mut plan, snapshot) = std::thread::scope(|scope| {
+        let snapshot = scope.spawn(|| effective_snapshot(inputs, out, defaults));
+        let plan = plan_for(inputs, out, defaults, force, sweep);
+        (plan, snapshot.join())
+    });
+    match snapshot {
+        Ok(change) => plan.changes.push(change),
+        Err(_) => plan.diags.push(Diagnostic::error(Code::Io, "computing the effective snapshot failed (a sanpolicy bug)")),
+    }
+    plan
+}
+
+/// The committed effective-policy snapshot: beside the policy, or in `--out` when given. It is
+/// computed from the policy's blocks alone, so it reads the same with or without a tree.
+fn effective_snapshot(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults) -> crate::output::Change {
+    let beside = effective::snapshot_path(&inputs.policy_path);
+    let path = match out {
+        Some(dir) => dir.join(beside.file_name().unwrap_or_default()),
+        None => beside,
+    };
+    let command = format!("{} gen-makefiles", defaults.program);
+    let mut change =
+        effective::snapshot_change(&inputs.policy, &inputs.rules, &path, &display(&inputs.policy_path), &command);
+    change.display = display(&path);
+    change
+}
+
+/// The last generated state, for telling which side of a drift moved: the committed snapshot.
+pub fn base_for(inputs: &Inputs) -> crate::check::drift::Base {
+    let text = std::fs::read_to_string(effective::snapshot_path(&inputs.policy_path)).ok();
+    crate::check::drift::Base::parse(text.as_deref())
 }
 
 pub fn plan_for(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: bool) -> Plan {

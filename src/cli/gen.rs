@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::context::{display, inputs, plan_for, CommonArgs, Inputs, Ui};
+use super::context::{base_for, display, inputs, plan_with_snapshot, CommonArgs, Ui};
+use crate::diagnostic::Diagnostics;
 use super::{summary, Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
-use crate::output::{self, Change};
-use crate::review::effective;
+use crate::output;
 
 #[derive(Debug, Args)]
 pub struct GenArgs {
@@ -43,19 +43,9 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             return EXIT_BAD_INPUT;
         }
     }
-    // The kbuild files and the effective snapshot are computed on both cores.
-    let (mut plan, snapshot) = std::thread::scope(|scope| {
-        let snapshot = scope.spawn(|| effective_snapshot(&inputs, args.out.as_deref(), defaults));
-        let plan = plan_for(&inputs, args.out.as_deref(), defaults, args.force, !args.check || args.sweep);
-        (plan, snapshot.join())
-    });
-    match snapshot {
-        Ok(change) => plan.changes.push(change),
-        Err(_) => {
-            eprintln!("error: computing the effective snapshot failed");
-            return EXIT_BAD_INPUT;
-        }
-    }
+    // In-place, `--check` sees a hand-added line anywhere in the tree: it always sweeps.
+    let sweep = !args.check || args.sweep || inputs.policy.layout == crate::policy::Layout::InPlace;
+    let plan = plan_with_snapshot(&inputs, args.out.as_deref(), defaults, args.force, sweep);
     let blocking = plan.diags.clone().sorted();
     if blocking.has_errors() {
         ui.report(&blocking);
@@ -70,20 +60,42 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     ui.report(&blocking);
     let stale: Vec<_> = plan.changes.iter().filter(|c| !c.is_noop()).collect();
+    let base = base_for(&inputs);
+    let tree = inputs.tree.as_deref().filter(|_| args.out.is_none());
     if args.check {
+        // The same drift `check` and the hook report: stale files, and lines the policy does not own.
+        let drift = match tree {
+            Some(_) => crate::check::drift::findings(&inputs.policy, &plan, &inputs.rules, &base, &defaults.program),
+            None => Default::default(),
+        };
         for c in &stale {
             out!("{}", c.diff());
         }
-        if stale.is_empty() {
+        ui.report(&drift.clone().sorted());
+        if stale.is_empty() && drift.is_empty() {
             eprintln!("{} generated file(s) up to date", plan.changes.len());
             return EXIT_OK;
         }
         eprintln!(
-            "error: {} generated file(s) out of date; run `{} gen-makefiles` and commit the result",
+            "error: {} drift finding(s), {} file(s) out of date; follow each `help:` above (`{} gen-makefiles` writes the policy, `{} sync` takes the tree's changes into it)",
+            drift.0.len().max(stale.len()),
             stale.len(),
+            defaults.program,
             defaults.program
         );
         return EXIT_FINDINGS;
+    }
+    if let Some(tree) = tree {
+        let mut refused = Diagnostics::default();
+        if !args.force {
+            refused.extend(crate::check::drift::tree_moved(&inputs.policy, &plan, &inputs.rules, &base, &defaults.program));
+        }
+        refused.extend(crate::check::new_problems(&inputs.policy, &inputs.rules, tree, &plan, &base));
+        if refused.has_errors() {
+            ui.report(&refused.sorted());
+            eprintln!("error: nothing was written");
+            return EXIT_BAD_INPUT;
+        }
     }
     let unwritable = output::preflight(&plan.changes);
     if unwritable.has_errors() {
@@ -113,19 +125,4 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         )
     );
     EXIT_OK
-}
-
-/// The committed effective-policy snapshot: beside the policy, or in `--out` when given. It is
-/// computed from the policy's blocks alone, so it reads the same with or without a tree.
-fn effective_snapshot(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults) -> Change {
-    let beside = effective::snapshot_path(&inputs.policy_path);
-    let path = match out {
-        Some(dir) => dir.join(beside.file_name().unwrap_or_default()),
-        None => beside,
-    };
-    let command = format!("{} gen-makefiles", defaults.program);
-    let mut change =
-        effective::snapshot_change(&inputs.policy, &inputs.rules, &path, &display(&inputs.policy_path), &command);
-    change.display = display(&path);
-    change
 }

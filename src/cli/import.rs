@@ -18,9 +18,17 @@ pub struct ImportArgs {
     /// Where to write the policy (`-` for standard output; default: `sanitizer-policy.toml` in the tree).
     #[arg(long, value_name = "FILE", visible_alias = "policy")]
     pub out: Option<PathBuf>,
-    /// Also rewrite the kbuild files: the imported lines move into generated blocks.
+    /// Adopt the tree as it is: in the in-place layout no kbuild byte changes (the policy owns
+    /// the lines where they are); in the block layout the lines move into generated blocks; in
+    /// the central layout they are also written to the one central file.
     #[arg(long)]
     pub adopt: bool,
+    /// How the policy's directives live in the tree (written as `layout` in the policy).
+    #[arg(long, value_name = "LAYOUT", default_value = "in-place", value_parser = ["in-place", "block", "central"])]
+    pub layout: String,
+    /// List every line the policy cannot model, not only a summary.
+    #[arg(long)]
+    pub verbose: bool,
     /// Overwrite an existing policy file.
     #[arg(long)]
     pub force: bool,
@@ -28,7 +36,8 @@ pub struct ImportArgs {
 
 const IMPORT_HEADER: &str = "Imported from a kernel tree by `sanpolicy import`.
 Each reason is the tree's own comment above the lines; `TODO(sanpolicy import)` marks units
-the tree gives no reason for. Regenerate the Makefiles with `sanpolicy gen-makefiles`.";
+the tree gives no reason for. After editing, apply with `sanpolicy gen-makefiles`; after a
+merge, take the tree's changes back with `sanpolicy sync`.";
 
 pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Some(tree) = args.tree.clone().or_else(|| defaults.tree.clone()) else {
@@ -44,7 +53,8 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         return EXIT_BAD_INPUT;
     }
     let scan = with_spinner(&format!("reading kbuild files under {}", tree.display()), || import::scan(&tree, &rules));
-    let text = import::policy_toml(&scan.units, IMPORT_HEADER);
+    let layout = policy::Layout::by_name(&args.layout).unwrap_or_default();
+    let text = import::policy_toml(&scan.units, IMPORT_HEADER, layout);
     let (policy, diags) = policy::parse_str(&out, &text);
     if diags.has_errors() {
         ui.sources.insert(&out, &text);
@@ -66,9 +76,16 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         changes.push(effective::snapshot_change(&policy, &rules, &snapshot, &display(&out), &command));
     }
     if args.adopt {
-        changes.extend(import::adopt(&scan.taken, &policy, &rules, &tree));
+        match adoption(&policy, &scan, &rules, &tree) {
+            Ok(c) => changes.extend(c),
+            Err(diags) => {
+                ui.report(&diags);
+                eprintln!("error: nothing was written");
+                return EXIT_BAD_INPUT;
+            }
+        }
     }
-    ui.report(&scan.diags.clone().sorted());
+    report_scan(ui, &scan, args.verbose);
     if to_stdout {
         out!("{text}");
     }
@@ -78,17 +95,75 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     let placeholders = scan.units.iter().filter(|u| u.reasons.is_empty()).count();
     let count = |code: Code| scan.diags.iter().filter(|d| d.code == code).count();
+    let rewritten = changes.iter().filter(|c| c.path != out && !c.display.ends_with(".effective.txt") && !c.is_noop()).count();
     eprintln!(
-        "{}: {} kbuild files read, {} directives, {} units ({placeholders} without a reason), {} not representable, {} stale{}",
+        "{}: {} kbuild files read, {} directives, {} units ({placeholders} without a reason), {} outside the policy, {} stale; layout {}{}",
         tree.display(),
         scan.files_read,
         scan.directives,
         scan.units.len(),
         count(Code::Unrepresentable),
         count(Code::MissingSource),
-        if args.adopt { format!(", {} kbuild files adopted", changes.iter().filter(|c| c.path != out && !c.is_noop()).count()) } else { String::new() }
+        layout.name(),
+        if args.adopt { format!(", {rewritten} kbuild file(s) changed") } else { String::new() }
     );
+    if !to_stdout {
+        let program = &defaults.program;
+        eprintln!("wrote {} and {}", display(&out), display(&effective::snapshot_path(&out)));
+        eprintln!("next: `{program} check` lists what the tree breaks (recursion-prone units, stale directives); acknowledge what you keep on purpose with `[[acknowledge]]`, fix the rest; replace the `TODO(sanpolicy import)` reasons; commit both files");
+    }
     EXIT_OK
+}
+
+/// What adopting the imported policy changes in the tree: nothing in the in-place layout (proven
+/// by planning it: a change there is a sanpolicy bug, refused); blocks in the block layout.
+fn adoption(
+    policy: &policy::Policy,
+    scan: &import::Scan,
+    rules: &crate::kbuild::Rules,
+    tree: &std::path::Path,
+) -> Result<Vec<output::Change>, Diagnostics> {
+    match policy.layout {
+        policy::Layout::Block => Ok(import::adopt(&scan.taken, policy, rules, tree)),
+        policy::Layout::InPlace | policy::Layout::Central => {
+            let plan = crate::generate::plan_tree(policy, tree, rules, false, true);
+            let mut diags = plan.diags.clone();
+            for c in plan.changes.iter().filter(|c| !c.is_noop()) {
+                diags.push(
+                    Diagnostic::error(Code::Io, format!("adopting would change `{}` (a sanpolicy bug)", c.display))
+                        .hint("report it with the file; import without `--adopt` meanwhile"),
+                );
+            }
+            if diags.has_errors() {
+                return Err(diags);
+            }
+            Ok(plan.changes.into_iter().filter(|c| !c.is_noop()).collect())
+        }
+    }
+}
+
+/// Import's findings, summarised: one line per kind of line left outside the policy (with
+/// `--verbose`, every one), and every stale directive.
+fn report_scan(ui: &mut Ui, scan: &import::Scan, verbose: bool) {
+    let (outside, rest): (Vec<_>, Vec<_>) = scan.diags.iter().cloned().partition(|d| d.code == Code::Unrepresentable);
+    ui.report(&Diagnostics(rest).sorted());
+    if verbose {
+        ui.report(&Diagnostics(outside).sorted());
+        return;
+    }
+    let mut kinds: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    for d in &outside {
+        let why = d.message.split(": ").nth(1).unwrap_or(&d.message).to_string();
+        kinds.entry(why).or_default().push(d.location.as_ref().map(ToString::to_string).unwrap_or_default());
+    }
+    for (why, places) in &kinds {
+        let shown: Vec<&str> = places.iter().take(3).map(String::as_str).collect();
+        let more = if places.len() > 3 { format!(" and {} more", places.len() - 3) } else { String::new() };
+        eprintln!("note: {} line(s) left outside the policy ({why}): {}{more}", places.len(), shown.join(", "));
+    }
+    if !outside.is_empty() {
+        eprintln!("note: these lines stay as they are; `--verbose` lists each");
+    }
 }
 
 /// Run `work` with a spinner on a terminal; nothing when stderr is piped or under CI.

@@ -7,7 +7,7 @@ use super::PLACEHOLDER_REASON;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::generate::{decode_kbuild, kbuild_file};
 use crate::kbuild::Rules;
-use crate::makefile::{self, Assignment, Directive, DirectiveValue, KbuildFile, Op};
+use crate::makefile::{self, Assignment, Directive, DirectiveValue, KbuildFile};
 use crate::mechanism::{Form, MechId, Mechanism, MECHANISMS};
 use crate::policy::Setting;
 
@@ -22,6 +22,8 @@ pub struct ImportedUnit {
     /// Distinct comments, in file order; empty when the tree gives none.
     pub reasons: Vec<String>,
     pub vars: BTreeMap<String, Vec<String>>,
+    /// Exact flags of flag-removal lines that are not the mechanism's own flag variable.
+    pub flags: BTreeMap<MechId, String>,
 }
 
 impl ImportedUnit {
@@ -99,7 +101,7 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
                 continue;
             }
             let DirectiveValue::Plain(setting) = d.value else { continue };
-            let when: Vec<String> = a.frames.iter().map(|f| f.condition.text.clone()).collect();
+            let when = a.when();
             let key = (dir.clone(), d.object.clone(), when.clone());
             let slot = *index.entry(key).or_insert_with(|| {
                 units.push(ImportedUnit {
@@ -109,11 +111,20 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
                     settings: BTreeMap::new(),
                     reasons: Vec::new(),
                     vars: BTreeMap::new(),
+                    flags: BTreeMap::new(),
                 });
                 units.len() - 1
             });
             let unit = &mut units[slot];
             unit.settings.insert(d.mech, setting);
+            if let Form::FlagRemoval { flags, .. } = d.mech.get().form {
+                let value = a.value.split_whitespace().collect::<Vec<_>>().join(" ");
+                if value == flags {
+                    unit.flags.remove(&d.mech);
+                } else {
+                    unit.flags.insert(d.mech, value);
+                }
+            }
             if let Some(c) = a.comment.as_ref().map(|c| c.trim().to_string()).filter(|c| !c.is_empty()) {
                 if !unit.reasons.contains(&c) {
                     unit.reasons.push(c);
@@ -143,7 +154,7 @@ fn rel(tree: &Path, path: &Path) -> String {
 }
 
 /// Why a directive cannot become a policy unit, or Ok.
-fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, d: &Directive) -> Result<(), String> {
+fn representable(tree: &Path, path: &Path, _parsed: &KbuildFile, a: &Assignment, d: &Directive) -> Result<(), String> {
     let dir = path.parent().unwrap_or(tree);
     if kbuild_file(dir).as_deref() != Some(path) {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -156,42 +167,15 @@ fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, 
     if a.in_block {
         return Err("already inside a sanpolicy generated block".into());
     }
-    if d.value == DirectiveValue::Other {
-        return Err(format!("value `{}` is not a plain `n`/`y` or exactly the ftrace flags", a.value.escape_debug()));
-    }
-    if let Some(m) = a.modifiers.first() {
-        return Err(format!("`{m}` assignment"));
-    }
-    if a.continued {
-        return Err("continuation line".into());
-    }
-    if a.inline_comment.is_some() {
-        return Err("inline comment on the directive line".into());
-    }
-    if a.frames.iter().any(|f| f.in_else) {
-        return Err("inside an `else` branch".into());
-    }
-    if let Some(f) = a.frames.iter().find(|f| f.condition.args.is_empty()) {
-        return Err(format!("unreadable condition `{}`", f.condition.text));
+    if let Some(why) = crate::makefile::unmodelled(a, d) {
+        return Err(why);
     }
     let dir = rel(tree, dir);
     let path_text = d.object.as_ref().map_or(format!("{dir}/"), |o| format!("{dir}/{o}"));
     if let Err((why, _)) = crate::policy::UnitPath::parse(&path_text, None) {
         return Err(why);
     }
-    let assignments = parsed.assignments.iter().filter(|b| b.name == a.name).count();
-    if assignments > 1 {
-        return Err(format!("`{}` is assigned {assignments} times in this file", a.name));
-    }
-    match d.mech.get().form {
-        Form::Variable { .. } if !matches!(a.op, Op::Simple | Op::Recursive) => {
-            Err(format!("operator `{}`", a.op.as_str()))
-        }
-        Form::FlagRemoval { flags, .. } if a.value.trim() != flags => {
-            Err(format!("removes `{}` rather than `{flags}`", a.value.trim()))
-        }
-        _ => Ok(()),
-    }
+    Ok(())
 }
 
 /// Values a make variable takes: assignments in the same file, else in the architecture's

@@ -8,8 +8,9 @@ use crate::mechanism::MechId;
 use crate::policy::Setting;
 
 /// The policy text for `units`; `header` becomes the leading comment.
-pub fn policy_toml(units: &[ImportedUnit], header: &str) -> String {
+pub fn policy_toml(units: &[ImportedUnit], header: &str, layout: crate::policy::Layout) -> String {
     let mut doc = DocumentMut::new();
+    doc.insert("layout", Item::Value(layout.name().into()));
     let mut tables = ArrayOfTables::new();
     for unit in units {
         tables.push(unit_table(unit));
@@ -35,6 +36,10 @@ fn names(unit: &ImportedUnit, setting: Setting) -> Option<Value> {
 fn unit_table(unit: &ImportedUnit) -> Table {
     let mut t = Table::new();
     t.insert("path", Item::Value(unit.path().into()));
+    // An object listed with a sub-path (`vdso32/note.o`) is built by this directory's kbuild file.
+    if unit.object.as_deref().is_some_and(|o| o.contains('/')) {
+        t.insert("kbuild-dir", Item::Value(format!("{}/", unit.dir).into()));
+    }
     if let Some(v) = names(unit, Setting::Skip) {
         t.insert("skip", Item::Value(v));
     }
@@ -49,6 +54,13 @@ fn unit_table(unit: &ImportedUnit) -> Table {
         many => {
             t.insert("when", Item::Value(Value::Array(many.iter().map(String::as_str).collect())));
         }
+    }
+    if !unit.flags.is_empty() {
+        let mut flags = InlineTable::new();
+        for (id, text) in &unit.flags {
+            flags.insert(id.get().name, text.as_str().into());
+        }
+        t.insert("flags", Item::Value(Value::InlineTable(flags)));
     }
     if !unit.vars.is_empty() {
         let mut vars = InlineTable::new();
@@ -93,8 +105,9 @@ mod tests {
             ]),
             reasons: vec!["Don't self-instrument.\nIt's \"recursive\" \\ here.".into()],
             vars: BTreeMap::new(),
+            flags: BTreeMap::new(),
         };
-        let text = policy_toml(&[unit], "Imported.");
+        let text = policy_toml(&[unit], "Imported.", crate::policy::Layout::Block);
         let (policy, diags) = crate::policy::parse_str(std::path::Path::new("p.toml"), &text);
         assert!(diags.is_empty(), "{diags:?}\n{text}");
         let u = &policy.units[0];

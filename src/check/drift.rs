@@ -1,0 +1,259 @@
+//! Drift: where the tree's directives, or a generated file, differ from the policy. One
+//! definition, used by `check`, `gen-makefiles --check` and the pre-commit hook alike (the hook
+//! feeds it the staged files). Each finding says which side moved, by comparing both with the
+//! last generated state, the effective snapshot beside the policy: a line the tree lost is told
+//! from a unit the policy added but has not written yet, and the hint names the command that
+//! moves the right side.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+
+use crate::emit::inplace::{existing_key, Edit};
+use crate::generate::Plan;
+use crate::kbuild::Rules;
+use crate::mechanism::MechId;
+use crate::output::Change;
+use crate::policy::{expand_variants, Layout, Policy};
+
+/// The last generated state: `(path, mechanism)` pairs of the effective snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct Base {
+    keys: BTreeSet<(String, String)>,
+    states: std::collections::BTreeMap<(String, String), String>,
+    /// There was a snapshot to compare with.
+    pub known: bool,
+}
+
+impl Base {
+    /// Read from the snapshot's text (`None`: no snapshot, nothing is known).
+    pub fn parse(text: Option<&str>) -> Base {
+        let Some(text) = text else { return Base::default() };
+        let states: std::collections::BTreeMap<(String, String), String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let mut words = l.split_whitespace();
+                let key = (words.next()?.to_string(), words.next()?.to_string());
+                Some((key, words.collect::<Vec<_>>().join(" ")))
+            })
+            .collect();
+        Base { keys: states.keys().cloned().collect(), states, known: true }
+    }
+
+    /// The state recorded for `path` and `mech`.
+    pub fn state(&self, path: &str, mech: MechId) -> Option<&str> {
+        self.states.get(&(path.to_string(), mech.get().name.to_string())).map(String::as_str)
+    }
+
+    /// Whether the last generation had `path` (which may hold `$(VAR)` parts) set for `mech`.
+    pub fn has(&self, path: &str, mech: MechId) -> bool {
+        let name = mech.get().name;
+        if !path.contains("$(") {
+            return self.keys.contains(&(path.to_string(), name.to_string()));
+        }
+        self.keys.iter().any(|(p, m)| m == name && matches_pattern(path, p))
+    }
+}
+
+/// `pattern` with each `$(…)` standing for any text.
+fn matches_pattern(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern
+        .split("$(")
+        .enumerate()
+        .map(|(i, p)| if i == 0 { p } else { p.split_once(')').map_or("", |(_, rest)| rest) })
+        .collect();
+    let mut rest = text;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            let Some(r) = rest.strip_prefix(part) else { return false };
+            rest = r;
+        } else if i + 1 == parts.len() {
+            return rest.ends_with(part);
+        } else {
+            let Some(at) = rest.find(part) else { return false };
+            rest = &rest[at + part.len()..];
+        }
+    }
+    rest.is_empty() || parts.len() > 1
+}
+
+/// Every drift finding of `plan` (whose `changes` include the snapshot's), against `base`.
+pub fn findings(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str) -> Diagnostics {
+    Diagnostics(classified(policy, plan, rules, base, program).into_iter().map(|(d, _)| d).collect())
+}
+
+/// The drift findings where the tree moved since the last generation (a merge or a hand edit):
+/// writing the policy over them would lose that change, so `gen-makefiles` refuses them.
+pub fn tree_moved(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str) -> Diagnostics {
+    if !base.known {
+        return Diagnostics::default();
+    }
+    Diagnostics(classified(policy, plan, rules, base, program).into_iter().filter(|(_, t)| *t).map(|(d, _)| d).collect())
+}
+
+/// Drift findings, each with whether the tree (rather than the policy) moved.
+fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str) -> Vec<(Diagnostic, bool)> {
+    let mut diags = Vec::new();
+    // What the policy says now: the planned snapshot.
+    let now = plan
+        .changes
+        .iter()
+        .find(|c| c.display.ends_with(".effective.txt"))
+        .map(|c| Base::parse(c.new.as_deref()))
+        .unwrap_or_default();
+    let by_dir = policy.units_by_dir();
+    for change in plan.changes.iter().filter(|c| !c.is_noop()) {
+        let dir = plan.files.iter().find(|(_, f)| f.path == change.path || same_display(change, &f.path)).map(|(d, _)| d);
+        match dir.and_then(|d| plan.edits.get(d).map(|e| (d, e))) {
+            Some((dir, edits)) if policy.layout == Layout::InPlace => {
+                let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
+                for edit in edits {
+                    diags.push(edit_finding(change, dir, units, edit, base, &now, program));
+                }
+            }
+            _ => diags.push((stale_file(change, program), false)),
+        }
+    }
+    if policy.layout != Layout::InPlace {
+        outside_lines(plan, rules, base, program, &mut diags);
+    }
+    diags
+}
+
+fn same_display(change: &Change, path: &Path) -> bool {
+    path.ends_with(&change.display)
+}
+
+fn stale_file(change: &Change, program: &str) -> Diagnostic {
+    Diagnostic::error(Code::StaleFile, format!("`{}` is not in sync with the policy", change.display))
+        .at(Location::file(&change.path))
+        .hint(format!("run `{program} gen-makefiles` and commit the result (`{program} gen-makefiles --check` shows the diff)"))
+}
+
+/// The policy path a line of `dir` stands for.
+fn path_of(dir: &str, object: Option<&str>) -> String {
+    match object {
+        Some(o) => format!("{dir}/{o}"),
+        None => format!("{dir}/"),
+    }
+}
+
+fn edit_finding(
+    change: &Change,
+    dir: &str,
+    units: &[&crate::policy::Unit],
+    edit: &Edit,
+    base: &Base,
+    now: &Base,
+    program: &str,
+) -> (Diagnostic, bool) {
+    let old = change.old.as_deref().unwrap_or("");
+    match edit {
+        Edit::Added { unit, mech, text, .. } => {
+            let u = units[*unit];
+            let was = expand_variants(&u.path.text, &u.vars).iter().any(|p| base.has(p, *mech)) && base.known;
+            let (message, hint) = if was {
+                (
+                    format!("`{}` is gone from `{}`, but the policy still has `{}` skip/force `{mech}`", text.trim(), change.display, u.path.text),
+                    format!("the tree lost the line (a merge or a hand edit): run `{program} sync` to drop the unit from the policy, or `{program} gen-makefiles --force` to write the line back"),
+                )
+            } else {
+                (
+                    format!("`{}` sets `{mech}` but `{}` has no line for it yet", u.path.text, change.display),
+                    format!("run `{program} gen-makefiles` to write it"),
+                )
+            };
+            (Diagnostic::error(Code::Drift, message).at(u.setting_locations.get(mech).unwrap_or(&u.location).clone()).hint(hint), was)
+        }
+        Edit::Removed { line, text } => {
+            let object = removed_object(text);
+            let mech = object.as_ref().map(|(m, _)| *m);
+            let path = path_of(dir, object.as_ref().and_then(|(_, o)| o.as_deref()));
+            let was = mech.is_some_and(|m| base.has(&path, m)) && base.known;
+            let hint = if was {
+                format!("the policy dropped this unit: run `{program} gen-makefiles` to remove the line")
+            } else {
+                format!("run `{program} sync` to take it into the policy (the comment above it becomes the reason), or delete the line")
+            };
+            let d = Diagnostic::error(Code::Drift, format!("`{}` is in the tree but not in the policy", text.trim()))
+                .at(Location::at_line(&change.path, old, *line))
+                .hint(hint);
+            (d, !was)
+        }
+        Edit::Changed { line, old: was, new } => {
+            // The policy's state is what the snapshot recorded: the tree changed the value.
+            let object = removed_object(was);
+            let path = path_of(dir, object.as_ref().and_then(|(_, o)| o.as_deref()));
+            let tree_moved = object.is_some_and(|(m, _)| base.known && base.state(&path, m) == now.state(&path, m));
+            let hint = if tree_moved {
+                format!("the tree changed the value since the last generation: run `{program} sync` to take it into the policy, or `{program} gen-makefiles --force` to write the policy's value back")
+            } else {
+                format!("run `{program} gen-makefiles` to write the policy's value")
+            };
+            let d = Diagnostic::error(Code::Drift, format!("`{}` differs from the policy, which says `{}`", was.trim(), new.trim()))
+                .at(Location::at_line(&change.path, old, *line))
+                .hint(hint);
+            (d, tree_moved)
+        }
+    }
+}
+
+/// The mechanism and object of a directive line's text.
+fn removed_object(text: &str) -> Option<(MechId, Option<String>)> {
+    let parsed = crate::makefile::parse(&format!("{}\n", text.trim()));
+    let (_, d) = parsed.directives().next()?;
+    Some((d.mech, d.object.clone()))
+}
+
+/// Block and central layouts: modelled directive lines outside the generated text are drift;
+/// the policy owns every such line.
+fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: &mut Vec<(Diagnostic, bool)>) {
+    for (dir, file) in &plan.files {
+        let Some(before) = plan.before.get(dir) else { continue };
+        let parsed = crate::makefile::parse(before);
+        let inside = parsed.block_names();
+        for (i, d) in parsed.directives() {
+            let a = &parsed.assignments[i];
+            if a.in_block || existing_key(a, d, rules).is_none() {
+                continue;
+            }
+            let loc = Location::at_line(&file.path, before, a.line);
+            let path = path_of(dir, d.object.as_deref());
+            if inside.contains(a.name.as_str()) {
+                diags.push((
+                    Diagnostic::error(Code::ConflictingDirective, format!("`{}` is set both here and in the generated block", a.name))
+                        .at(loc)
+                        .hint("the policy owns this variable: delete this hand-written line"),
+                    true,
+                ));
+            } else {
+                let known = base.has(&path, d.mech) && base.known;
+                let hint = if known {
+                    format!("run `{program} gen-makefiles` to move it into the generated block")
+                } else {
+                    format!("run `{program} sync` to take it into the policy, then `{program} gen-makefiles` moves it into the block")
+                };
+                diags.push((
+                    Diagnostic::error(Code::UnmanagedDirective, format!("`{}` is not in the policy", a.name)).at(loc).hint(hint),
+                    !known,
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_stand_for_expanded_names() {
+        assert!(matches_pattern("arch/x86/kernel/head$(BITS).o", "arch/x86/kernel/head64.o"));
+        assert!(!matches_pattern("arch/x86/kernel/head$(BITS).o", "arch/x86/kernel/dumpstack_64.o"));
+        let base = Base::parse(Some("# header\nmm/slub.o   kasan   off\n"));
+        assert!(base.has("mm/slub.o", MechId::by_name("kasan").unwrap()));
+        assert!(!base.has("mm/slub.o", MechId::by_name("kcov").unwrap()));
+    }
+}
