@@ -438,7 +438,7 @@ fn adopt_copy(label: &str, original: &Path, copy: &Path) -> (bool, BTreeSet<Stri
     ));
 
     let start = Instant::now();
-    let import = sanpolicy(copy, &["import", "--adopt", "--force"]);
+    let import = sanpolicy(copy, &["import", "--adopt", "--force", "--layout", "block"]);
     let import_err = String::from_utf8_lossy(&import.stderr).into_owned();
     assert_eq!(import.status.code(), Some(0), "{label}: `sanpolicy import --adopt` failed:\n{import_err}");
     say(&format!(
@@ -1512,4 +1512,367 @@ fn cli_steps(
             }
         }
     }
+}
+
+// ---- the in-place layout ------------------------------------------------------------------------
+//
+// The default layout keeps each directive where the tree has it: adopting a tree changes no byte
+// of it, and each policy edit changes only the lines it must. Proven on the real trees: inodes
+// for "no byte", the kbuild files' text for the diffs, GNU make for the meaning.
+
+#[test]
+fn linux_6_1_in_place_adoption() {
+    in_place_tarball("6.1");
+}
+
+#[test]
+fn linux_6_12_in_place_adoption() {
+    in_place_tarball("6.12");
+}
+
+fn in_place_tarball(version: &str) {
+    let lease = Lease::extracted(version);
+    let scratch = scratch_dir(&format!("{version}-in-place"));
+    let copy = scratch.path().join("tree");
+    let problems = in_place_adoption(version, lease.tree(), &copy);
+    finish(&format!("{version} in-place"), scratch, &problems);
+}
+
+/// Run `args` in `dir`, returning (exit code, stderr).
+fn run(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = sanpolicy(dir, args);
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `import --adopt` on a hard-linked copy changes no file of the tree; `gen-makefiles --check`
+/// agrees; `check` reports exactly the real findings (lockdep instrumented by KASAN, the stale
+/// directives import warned about), and once they are acknowledged it passes.
+fn in_place_adoption(label: &str, original: &Path, copy: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let hard_linked = copy_tree(original, copy);
+    assert!(hard_linked, "{label}: the in-place proof needs a hard-linked copy (same file system as the tarball's extraction)");
+    let (code, err) = run(copy, &["import", "--adopt"]);
+    assert_eq!(code, Some(0), "{label}: import --adopt failed:\n{err}");
+    say(&format!("round-trip {label} in-place: {}", err.lines().find(|l| l.contains("kbuild files read")).unwrap_or("")));
+    let import_stale: BTreeSet<String> = one_lines(&err)
+        .iter()
+        .filter(|l| l.contains("warning[missing-source]"))
+        .filter_map(|l| backticked(l.rsplit_once("no source for ")?.1))
+        .collect();
+    // Zero bytes: every file of the copy still shares its inode with the original.
+    let rewritten = files_rewritten(original, copy);
+    say(&format!("round-trip {label} in-place: files rewritten by adoption: {}", rewritten.len()));
+    if !rewritten.is_empty() {
+        problems.push(format!("in-place adoption rewrote {} file(s): {:?}", rewritten.len(), rewritten.iter().take(5).collect::<Vec<_>>()));
+    }
+    let (code, err) = run(copy, &["gen-makefiles", "--check"]);
+    if code != Some(0) {
+        problems.push(format!("gen-makefiles --check after adoption: exit {code:?}:\n{err}"));
+    }
+    let (code, err) = run(copy, &["check"]);
+    let findings = one_lines(&err);
+    let errors: Vec<&String> = findings.iter().filter(|f| finding_code(f).is_some_and(|(s, _)| s == "error")).collect();
+    say(&format!("round-trip {label} in-place: check: exit {code:?}, {} error(s): {}", errors.len(), err.lines().last().unwrap_or("")));
+    let codes: BTreeSet<&str> = errors.iter().filter_map(|f| finding_code(f).map(|(_, c)| c)).collect();
+    if codes != BTreeSet::from(["missing-source", "recursion-prone"]) || code != Some(1) {
+        problems.push(format!("check after adoption: exit {code:?}, codes {codes:?}, expected missing-source and recursion-prone:\n{err}"));
+    }
+    let recursion: Vec<&&String> = errors.iter().filter(|f| f.contains("[recursion-prone]")).collect();
+    if recursion.len() != 1 || !recursion[0].contains("`kernel/locking/lockdep.o` must be exempt from `kasan`") {
+        problems.push(format!("check should report exactly lockdep's KASAN instrumentation, reports {recursion:?}"));
+    }
+    let stale: BTreeSet<String> = errors
+        .iter()
+        .filter(|f| f.contains("[missing-source]"))
+        .filter_map(|f| backticked(f.rsplit_once("no source for ")?.1))
+        .collect();
+    if stale != import_stale || stale.is_empty() {
+        problems.push(format!("check reports the stale {stale:?}, import warned about {import_stale:?}"));
+    }
+    // Following the hints: acknowledge each finding with a reason; check then passes.
+    let policy = copy.join(POLICY);
+    let mut text = fs::read_to_string(&policy).unwrap();
+    for s in &stale {
+        text.push_str(&format!(
+            "\n[[acknowledge]]\ncode = \"missing-source\"\npath = \"{s}\"\nwhy = \"upstream's dead exemption; the fix belongs upstream\"\n"
+        ));
+    }
+    text.push_str("\n[[acknowledge]]\ncode = \"recursion-prone\"\npath = \"kernel/locking/lockdep.o\"\nmechanism = \"kasan\"\nwhy = \"upstream instruments it; we follow upstream\"\n");
+    write_atomic(&policy, &text);
+    let (code, err) = run(copy, &["check"]);
+    say(&format!("round-trip {label} in-place: after acknowledging: {}", err.lines().last().unwrap_or("")));
+    if code != Some(0) || !err.lines().last().unwrap_or("").starts_with("check ok") {
+        problems.push(format!("check after acknowledging every finding: exit {code:?}:\n{err}"));
+    }
+    // A policy-wide `builtin-requirements = false` opts out of the built-in requirements: the
+    // lockdep acknowledgement then excuses nothing and is itself reported.
+    write_atomic(&policy, &format!("builtin-requirements = false\n{text}"));
+    let (code, err) = run(copy, &["check"]);
+    if code != Some(1) || !err.contains("[stale-acknowledgement]") || err.contains("[recursion-prone]") {
+        problems.push(format!("check with builtin-requirements = false: exit {code:?}:\n{err}"));
+    }
+    problems
+}
+
+/// Only the lines of `kbuild` (relative to the copy) that differ from the original, as
+/// (removed, added).
+fn line_diff(original: &Path, copy: &Path, kbuild: &str) -> (Vec<String>, Vec<String>) {
+    let before = fs::read_to_string(original.join(kbuild)).unwrap();
+    let after = fs::read_to_string(copy.join(kbuild)).unwrap();
+    let diff = similar::TextDiff::from_lines(&before, &after);
+    let (mut removed, mut added) = (Vec::new(), Vec::new());
+    for change in diff.iter_all_changes() {
+        match change.tag() {
+            similar::ChangeTag::Delete => removed.push(change.value().trim_end().to_string()),
+            similar::ChangeTag::Insert => added.push(change.value().trim_end().to_string()),
+            similar::ChangeTag::Equal => {}
+        }
+    }
+    (removed, added)
+}
+
+/// Policy edits on an adopted 6.12 copy give maintainer-sized diffs, and GNU make sees exactly
+/// the edit: adding a unit adds its line next to its group, dropping one removes its line and
+/// the comment that headed only it, skip to force changes one line.
+#[test]
+fn linux_6_12_policy_edits() {
+    let label = "6.12 edits";
+    let lease = Lease::extracted("6.12");
+    let original = lease.tree();
+    let scratch = scratch_dir("6.12-edits");
+    let copy = scratch.path().join("tree");
+    let mut problems = Vec::new();
+    copy_tree(original, &copy);
+    let (code, err) = run(&copy, &["import", "--adopt"]);
+    assert_eq!(code, Some(0), "import --adopt:\n{err}");
+    let policy = copy.join(POLICY);
+    let (rules, _) = Rules::from_tree(original);
+    let scan = sanpolicy::import::scan(original, &rules);
+    let edits: [(&str, &str, &str, &str, &str, char, char); 3] = [
+        // (what, policy text, its replacement, directory, object, before, after)
+        ("add", "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\"]", "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\", \"kasan\"]", "kernel/locking", "lockdep.o", '1', '0'),
+        ("drop", "path = \"kernel/softirq.o\"\nskip = [\"kcov\", \"kcsan\"]", "path = \"kernel/softirq.o\"\nskip = [\"kcov\"]", "kernel", "softirq.o", '0', '1'),
+        ("flip", "path = \"kernel/locking/\"\nskip = [\"kcov\"]", "path = \"kernel/locking/\"\nforce = [\"kcov\"]", "kernel/locking", "", '0', '1'),
+    ];
+    let expected_lines: [(&[&str], &[&str]); 3] = [
+        (&[], &["KASAN_SANITIZE_lockdep.o := n"]),
+        (
+            &[
+                "# Avoid KCSAN instrumentation in softirq (\"No shared variables, all the data",
+                "# are CPU local\" => assume no data races), to reduce overhead in interrupts.",
+                "KCSAN_SANITIZE_softirq.o = n",
+            ],
+            &[],
+        ),
+        (&["KCOV_INSTRUMENT\t\t:= n"], &["KCOV_INSTRUMENT\t\t:= y"]),
+    ];
+    let mech_of = ["kasan", "kcsan", "kcov"];
+    for (i, (what, from, to, dir, object, before, after)) in edits.iter().enumerate() {
+        let text = fs::read_to_string(&policy).unwrap();
+        if !text.contains(from) {
+            problems.push(format!("{what}: the imported policy has no `{from}`"));
+            continue;
+        }
+        write_atomic(&policy, &text.replacen(from, to, 1));
+        let (code, err) = run(&copy, &["gen-makefiles"]);
+        if code != Some(0) {
+            problems.push(format!("{what}: gen-makefiles: exit {code:?}:\n{err}"));
+            continue;
+        }
+        let kbuild = format!("{dir}/Makefile");
+        let rewritten: BTreeSet<PathBuf> = files_rewritten(original, &copy)
+            .into_iter()
+            .filter(|p| !p.to_string_lossy().starts_with("sanitizer-policy"))
+            .collect();
+        if rewritten != BTreeSet::from([PathBuf::from(&kbuild)]) {
+            problems.push(format!("{what}: files changed {rewritten:?}, expected only {kbuild}"));
+        }
+        let (removed, added) = line_diff(original, &copy, &kbuild);
+        let (want_removed, want_added) = expected_lines[i];
+        say(&format!("round-trip {label}: {what}: {kbuild}: -{removed:?} +{added:?}"));
+        if removed != want_removed || added != want_added {
+            problems.push(format!("{what}: {kbuild} changed -{removed:?} +{added:?}, expected -{want_removed:?} +{want_added:?}"));
+        }
+        if *what == "add" {
+            let after_text = fs::read_to_string(copy.join(&kbuild)).unwrap();
+            if !after_text.contains("KCSAN_SANITIZE_lockdep.o := n\nKASAN_SANITIZE_lockdep.o := n\n") {
+                problems.push(format!("add: the KASAN line is not next to lockdep's KCSAN line:\n{after_text}"));
+            }
+        }
+        // GNU make: in that directory exactly the edited (object, mechanism) changes.
+        let dirs = vec![(dir.to_string(), Vec::new())];
+        let eval = Evaluator::new(original, &copy, &dirs, &scan, &rules);
+        let cmp = eval.compare(&[0]);
+        let mech = MechId::by_name(mech_of[i]).unwrap();
+        let wrong: Vec<String> = cmp
+            .mismatches
+            .iter()
+            .filter(|m| {
+                !(m.answers == Some((mech, *before, *after)) && (object.is_empty() || m.object == *object))
+            })
+            .map(ToString::to_string)
+            .collect();
+        say(&format!("round-trip {label}: {what}: make: {} differences, {} unexpected", cmp.mismatches.len(), wrong.len()));
+        if cmp.mismatches.is_empty() || !wrong.is_empty() || !cmp.failed.is_empty() {
+            problems.push(format!(
+                "{what}: make should see only {dir}/{object} {} {before} -> {after}: {} differences, unexpected {:?}, failed {:?}",
+                mech_of[i],
+                cmp.mismatches.len(),
+                wrong.iter().take(5).collect::<Vec<_>>(),
+                cmp.failed
+            ));
+        }
+        let (code, err) = run(&copy, &["gen-makefiles", "--check"]);
+        if code != Some(0) {
+            problems.push(format!("{what}: gen-makefiles --check after writing: exit {code:?}:\n{err}"));
+        }
+        let (code, err) = run(&copy, &["sync", "--check"]);
+        if code != Some(0) {
+            problems.push(format!("{what}: right after gen-makefiles, sync should have nothing to do: exit {code:?}:\n{err}"));
+        }
+        // Back to the tree as it was, for the next edit.
+        write_atomic(&policy, &fs::read_to_string(&policy).unwrap().replacen(to, from, 1));
+        let (code, err) = run(&copy, &["gen-makefiles"]);
+        assert_eq!(code, Some(0), "{what}: undoing: {err}");
+        if fs::read(original.join(&kbuild)).unwrap() != fs::read(copy.join(&kbuild)).unwrap() {
+            problems.push(format!("{what}: undoing the edit did not restore {kbuild} byte for byte"));
+        }
+    }
+    finish(label, scratch, &problems);
+}
+
+fn git(dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=master"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("running git");
+    assert!(out.status.success() || args[0] == "commit", "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// The merge workflow in a git checkout of 6.12 (its kbuild files and the policy tracked):
+/// upstream adds a commented directive, the merge lands it, `check` and `gen-makefiles --check`
+/// flag it with a hint to sync, `sync` takes it in with the comment as reason and changes no
+/// kbuild byte, then both pass; the installed pre-commit hook blocks a hand-added line, which
+/// `gen-makefiles --check` (CI) fails on too after a `--no-verify` commit.
+#[test]
+fn linux_6_12_merge_and_hook() {
+    let label = "6.12 merge";
+    let lease = Lease::extracted("6.12");
+    let original = lease.tree();
+    let scratch = scratch_dir("6.12-merge");
+    let copy = scratch.path().join("tree");
+    let mut problems = Vec::new();
+    copy_tree(original, &copy);
+    let (code, err) = run(&copy, &["import", "--adopt"]);
+    assert_eq!(code, Some(0), "import --adopt:\n{err}");
+    git(&copy, &["init", "-q"]);
+    let tracked: Vec<String> = walkdir::WalkDir::new(&copy)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file() && e.file_name() == "Makefile")
+        .map(|e| e.path().strip_prefix(&copy).unwrap().to_string_lossy().into_owned())
+        .collect();
+    for chunk in tracked.chunks(500) {
+        let mut args = vec!["add", "-f", "--"];
+        args.extend(chunk.iter().map(String::as_str));
+        git(&copy, &args);
+    }
+    git(&copy, &["add", "-f", POLICY, "sanitizer-policy.effective.txt"]);
+    git(&copy, &["commit", "-q", "-m", "adopt"]);
+    // Upstream: a new commented directive in mm/Makefile.
+    git(&copy, &["checkout", "-q", "-b", "upstream"]);
+    let mm = copy.join("mm/Makefile");
+    let text = fs::read_to_string(&mm).unwrap();
+    let added = "\n# The page owner runs under the zone lock.\nKASAN_SANITIZE_page_owner.o := n\n";
+    write_atomic(&mm, &format!("{text}{added}"));
+    git(&copy, &["commit", "-q", "-am", "mm: exempt page_owner from KASAN"]);
+    git(&copy, &["checkout", "-q", "master"]);
+    git(&copy, &["merge", "-q", "--no-edit", "upstream"]);
+    for args in [&["check"][..], &["gen-makefiles", "--check"][..]] {
+        let (code, err) = run(&copy, args);
+        if code != Some(1) || !err.contains("KASAN_SANITIZE_page_owner.o := n` is in the tree but not in the policy") || !err.contains("run `sanpolicy sync`") {
+            problems.push(format!("{args:?} after the merge should flag the new line and point at sync: exit {code:?}:\n{err}"));
+        }
+    }
+    let (code, err) = run(&copy, &["gen-makefiles"]);
+    if code != Some(2) {
+        problems.push(format!("gen-makefiles after an unsynced merge must refuse (it would delete the merged line): exit {code:?}:\n{err}"));
+    }
+    let kbuild_before: Vec<(String, u64)> = tracked.iter().map(|p| (p.clone(), hash(&fs::read(copy.join(p)).unwrap()))).collect();
+    let (code, err) = run(&copy, &["sync"]);
+    say(&format!("round-trip {label}: sync: exit {code:?}: {}", err.trim()));
+    if code != Some(0) {
+        problems.push(format!("sync: exit {code:?}:\n{err}"));
+    }
+    let kbuild_after: Vec<(String, u64)> = tracked.iter().map(|p| (p.clone(), hash(&fs::read(copy.join(p)).unwrap()))).collect();
+    if kbuild_before != kbuild_after {
+        problems.push("sync changed a kbuild file".into());
+    }
+    let policy_diff = String::from_utf8_lossy(&git(&copy, &["diff", "--", POLICY]).stdout).into_owned();
+    say(&format!("round-trip {label}: the policy diff sync made:\n{policy_diff}"));
+    let added_lines: Vec<&str> = policy_diff.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")).collect();
+    let removed_lines = policy_diff.lines().filter(|l| l.starts_with('-') && !l.starts_with("---")).count();
+    if removed_lines != 0
+        || !added_lines.contains(&"+path = \"mm/page_owner.o\"")
+        || !added_lines.contains(&"+skip = [\"kasan\"]")
+        || !added_lines.iter().any(|l| l.contains("The page owner runs under the zone lock."))
+    {
+        problems.push(format!("sync should add one unit with the comment as its reason, and remove nothing:\n{policy_diff}"));
+    }
+    for args in [&["gen-makefiles", "--check"][..], &["sync", "--check"][..]] {
+        let (code, err) = run(&copy, args);
+        if code != Some(0) {
+            problems.push(format!("{args:?} after sync: exit {code:?}:\n{err}"));
+        }
+    }
+    let (_, err) = run(&copy, &["check"]);
+    if err.contains("[drift]") {
+        problems.push(format!("check after sync still reports drift:\n{err}"));
+    }
+    git(&copy, &["commit", "-q", "-am", "sync the policy"]);
+
+    // The hook and CI: one verdict.
+    let (code, err) = run(&copy, &["install-hook"]);
+    assert_eq!(code, Some(0), "install-hook: {err}");
+    let hook = fs::read_to_string(copy.join(".git/hooks/pre-commit")).unwrap();
+    if !hook.contains(env!("CARGO_BIN_EXE_sanpolicy")) {
+        problems.push(format!("the hook does not name the sanpolicy binary by path (git GUIs run hooks without PATH):\n{hook}"));
+    }
+    let kernel = copy.join("kernel/Makefile");
+    let text = fs::read_to_string(&kernel).unwrap();
+    write_atomic(&kernel, &format!("{text}KCOV_INSTRUMENT_fork.o := n\n"));
+    git(&copy, &["add", "kernel/Makefile"]);
+    let commit = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "hand edit"])
+        .current_dir(&copy)
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let hook_err = String::from_utf8_lossy(&commit.stderr).into_owned();
+    if commit.status.success() || !hook_err.contains("KCOV_INSTRUMENT_fork.o := n") {
+        problems.push(format!("the hook (run without sanpolicy on PATH) must block a hand-added directive:\n{hook_err}"));
+    }
+    git(&copy, &["commit", "-q", "--no-verify", "-m", "hand edit, hook skipped"]);
+    let (code, err) = run(&copy, &["gen-makefiles", "--check"]);
+    if code != Some(1) || !err.contains("KCOV_INSTRUMENT_fork.o := n") {
+        problems.push(format!("CI's gen-makefiles --check must fail on what the hook blocks: exit {code:?}:\n{err}"));
+    }
+    // A policy staged without its snapshot is blocked too.
+    let policy = copy.join(POLICY);
+    let text = fs::read_to_string(&policy).unwrap();
+    write_atomic(&policy, &text.replacen("path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\"]", "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\", \"kasan\"]", 1));
+    git(&copy, &["add", POLICY]);
+    let commit = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "policy only"])
+        .current_dir(&copy)
+        .output()
+        .unwrap();
+    let hook_err = String::from_utf8_lossy(&commit.stderr).into_owned();
+    if commit.status.success() || !hook_err.contains("effective.txt") {
+        problems.push(format!("the hook must block a policy staged without its snapshot:\n{hook_err}"));
+    }
+    finish(label, scratch, &problems);
 }

@@ -105,7 +105,7 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
         .unwrap_or_default();
     let by_dir = policy.units_by_dir();
     for change in plan.changes.iter().filter(|c| !c.is_noop()) {
-        let dir = plan.files.iter().find(|(_, f)| f.path == change.path || same_display(change, &f.path)).map(|(d, _)| d);
+        let dir = plan.files.iter().find(|(d, f)| f.path == change.path || same_display(change, d, &f.path)).map(|(d, _)| d);
         match dir.and_then(|d| plan.edits.get(d).map(|e| (d, e))) {
             Some((dir, edits)) if policy.layout == Layout::InPlace => {
                 let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
@@ -122,8 +122,10 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
     diags
 }
 
-fn same_display(change: &Change, path: &Path) -> bool {
-    path.ends_with(&change.display)
+/// Whether `change` is the kbuild file `path` of directory `dir` (its display is tree-relative).
+fn same_display(change: &Change, dir: &str, path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    change.display == format!("{dir}/{name}") || (dir.is_empty() && change.display == name)
 }
 
 fn stale_file(change: &Change, program: &str) -> Diagnostic {

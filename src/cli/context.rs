@@ -50,8 +50,31 @@ pub struct Inputs {
     pub rules: Rules,
 }
 
+/// The tree a command works on when `--tree` is absent: for `sanpolicy`, the nearest directory
+/// at or above the current one that holds the policy, else the top of the kernel tree (the
+/// directory with `scripts/Makefile.build`), so commands work from any subdirectory.
+pub fn default_tree(defaults: &Defaults) -> Option<PathBuf> {
+    let tree = defaults.tree.clone()?;
+    if tree != Path::new(".") {
+        return Some(tree);
+    }
+    let cwd = std::env::current_dir().ok()?;
+    let up = |found: &dyn Fn(&Path) -> bool| cwd.ancestors().find(|d| found(d)).map(Path::to_path_buf);
+    let root = up(&|d| d.join(&defaults.policy).is_file()).or_else(|| up(&|d| d.join("scripts/Makefile.build").is_file()));
+    Some(match root {
+        Some(r) if r != cwd => pathdiff(&cwd, &r),
+        _ => tree,
+    })
+}
+
+/// `to` as a path relative to `from`, an ancestor of it (`../..`).
+fn pathdiff(from: &Path, to: &Path) -> PathBuf {
+    let depth = from.strip_prefix(to).map(|rest| rest.components().count()).unwrap_or(0);
+    (0..depth).map(|_| "..").collect::<PathBuf>()
+}
+
 pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut Ui) -> Result<Inputs, u8> {
-    let tree = if allow_tree { args.tree.clone().or_else(|| defaults.tree.clone()) } else { None };
+    let tree = if allow_tree { args.tree.clone().or_else(|| default_tree(defaults)) } else { None };
     let mut diags = Diagnostics::default();
     diags.0.extend(tree.as_deref().and_then(tree_problem));
     let policy_path = match (&args.policy, &tree) {

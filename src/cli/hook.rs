@@ -48,7 +48,7 @@ pub struct InstallHookArgs {
 }
 
 pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
-    let tree = args.common.tree.clone().or_else(|| defaults.tree.clone()).unwrap_or_else(|| ".".into());
+    let tree = args.common.tree.clone().or_else(|| super::context::default_tree(defaults)).unwrap_or_else(|| ".".into());
     if let Some(problem) = tree_problem(&tree) {
         ui.report(&Diagnostics(vec![problem]));
         return EXIT_BAD_INPUT;
@@ -71,7 +71,10 @@ pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> 
             return EXIT_BAD_INPUT;
         }
     }
-    let script = hook::hook_script(args.common.policy.as_deref());
+    let program = std::env::current_exe().ok().filter(|_| defaults.program == "sanpolicy");
+    // A relative `--policy` would be read from wherever git runs the hook: make it absolute.
+    let policy = args.common.policy.as_deref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+    let script = hook::hook_script(policy.as_deref(), program.as_deref());
     if let Err(e) = output::write_atomic(&path, &script).and_then(|()| make_executable(&path)) {
         eprintln!("error: cannot write `{}`: {e}", path.display());
         return EXIT_BAD_INPUT;

@@ -40,7 +40,7 @@ the tree gives no reason for. After editing, apply with `sanpolicy gen-makefiles
 merge, take the tree's changes back with `sanpolicy sync`.";
 
 pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
-    let Some(tree) = args.tree.clone().or_else(|| defaults.tree.clone()) else {
+    let Some(tree) = args.tree.clone().or_else(|| super::context::default_tree(defaults)) else {
         eprintln!("error: `import` needs `--tree DIR`");
         return EXIT_BAD_INPUT;
     };

@@ -26,6 +26,7 @@ mod import;
 mod review;
 mod rules;
 mod summary;
+mod sync;
 
 use std::path::{Path, PathBuf};
 
@@ -104,6 +105,12 @@ enum Command {
         after_help = "Examples:\n  sanpolicy import                        # writes ./sanitizer-policy.toml\n  sanpolicy import --adopt                # and moves the directives into generated blocks\n  cargo xtask import --tree /usr/src/linux --out -"
     )]
     Import(import::ImportArgs),
+    /// Take the tree's directives back into the policy after a merge or a hand edit (changes no
+    /// kbuild file): added lines become units, removed ones drop theirs, changed values update.
+    #[command(
+        after_help = "Examples:\n  git merge v6.13 && sanpolicy sync && git diff sanitizer-policy.toml\n  sanpolicy sync --check                  # exit 1 when the tree is ahead of the policy"
+    )]
+    Sync(sync::SyncArgs),
     /// Show which Kbuild rules the tree uses (naming and defaults per mechanism).
     #[command(after_help = "Example:\n  sanpolicy rules --tree /usr/src/linux")]
     Rules(CommonArgs),
@@ -145,6 +152,7 @@ pub fn main(args: impl IntoIterator<Item = String>, defaults: &Defaults) -> u8 {
         Command::GenCargo(a) => gen_cargo::run(&a, defaults, &mut ui),
         Command::Check(a) => check::run(&a, defaults, &mut ui),
         Command::Rules(a) => rules::run(&a, defaults, &mut ui),
+        Command::Sync(a) => sync::run(&a, defaults, &mut ui),
         Command::Import(a) => import::run(&a, defaults, &mut ui),
         Command::Explain(a) => review::explain_run(&a, defaults, &mut ui),
         Command::Report(a) => review::report_run(&a, defaults, &mut ui),

@@ -33,6 +33,7 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let plan = inputs.tree.as_ref().map(|_| plan_for(&inputs, None, defaults, true, false));
     let mut json = Vec::new();
     for object in &args.objects {
+        let object = &object_in_tree(object, inputs.tree.as_deref());
         let e = match explain::explain(&inputs.policy, &inputs.rules, inputs.tree.as_deref(), plan.as_ref(), object) {
             Ok(e) => e,
             Err(message) => {
@@ -49,6 +50,27 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         outln!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
     }
     EXIT_OK
+}
+
+/// An object as the user may type it, as the policy names it: `./mm/slub.o` and `mm/slub.c`
+/// are `mm/slub.o`; from a subdirectory of the tree, `slub.c` is too.
+fn object_in_tree(object: &str, tree: Option<&std::path::Path>) -> String {
+    let mut o = object.trim_start_matches("./").to_string();
+    for ext in [".c", ".S", ".rs"] {
+        if let Some(stem) = o.strip_suffix(ext) {
+            o = format!("{stem}.o");
+        }
+    }
+    // Relative to the current directory when that is inside the tree.
+    let here = tree.and_then(|t| {
+        let cwd = std::env::current_dir().ok()?;
+        let root = t.canonicalize().ok()?;
+        cwd.strip_prefix(&root).ok().map(|p| p.to_string_lossy().into_owned()).filter(|p| !p.is_empty())
+    });
+    match here {
+        Some(sub) if !o.starts_with(&format!("{sub}/")) => format!("{sub}/{o}"),
+        _ => o,
+    }
 }
 
 #[derive(Debug, Args)]

@@ -5,7 +5,7 @@ use super::{Defaults, EXIT_OK};
 use crate::kbuild::Rules;
 
 pub fn run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
-    let rules = match args.tree.clone().or_else(|| defaults.tree.clone()) {
+    let rules = match args.tree.clone().or_else(|| super::context::default_tree(defaults)) {
         Some(tree) => match rules_for_tree(&tree, ui) {
             Ok(rules) => rules,
             Err(code) => return code,

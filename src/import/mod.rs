@@ -4,6 +4,7 @@
 
 mod adopt;
 mod scan;
+pub mod sync;
 mod write;
 
 pub use adopt::adopt;

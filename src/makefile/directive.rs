@@ -122,8 +122,13 @@ mod tests {
         assert_eq!((d.mech.get().name, d.value), ("kcsan-barriers", DirectiveValue::Plain(Setting::Force)));
         let d = first("CFLAGS_REMOVE_x.o = $(CC_FLAGS_FTRACE)\n").unwrap();
         assert_eq!((d.mech.get().name, d.value), ("ftrace", DirectiveValue::Plain(Setting::Skip)));
+        // Plain options beside the ftrace flags are modelled (the unit keeps them exactly) …
         let d = first("CFLAGS_REMOVE_x.o = $(CC_FLAGS_FTRACE) -fno-stack-protector\n").unwrap();
+        assert_eq!(d.value, DirectiveValue::Plain(Setting::Skip));
+        // … a function call or a trailing blank is not.
+        let d = first("CFLAGS_REMOVE_x.o = $(CC_FLAGS_FTRACE) $(call cc-option,-x)\n").unwrap();
         assert_eq!(d.value, DirectiveValue::Other);
+        assert_eq!(first("CFLAGS_REMOVE_x.o = -pg \n").unwrap().value, DirectiveValue::Other);
         let d = first("ccflags-remove-$(CONFIG_FUNCTION_TRACER) += $(CC_FLAGS_FTRACE)\n").unwrap();
         assert_eq!((d.object, d.value), (None, DirectiveValue::Plain(Setting::Skip)));
         let d = first("CFLAGS_trace_selftest_dynamic.o = $(CC_FLAGS_FTRACE)\n").unwrap();

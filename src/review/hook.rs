@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
-use crate::emit::{self, SpliceError};
 use crate::kbuild::Rules;
-use crate::makefile::{self, KbuildFile};
 use crate::output::Change;
 use crate::policy::{self, Policy};
 
@@ -162,120 +160,123 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     let policy_files: BTreeSet<String> =
         policy.files.iter().filter_map(|(p, _)| p.strip_prefix(&repo).ok()).map(|p| p.display().to_string()).collect();
     let policy_changed = staged.iter().any(|s| policy_files.contains(s));
+    let snapshot_rel = crate::review::effective::snapshot_path(&policy_rel).display().to_string();
     let mut dirs: BTreeSet<String> = staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
-    let new_blocks = policy_changed.then(|| blocks(&policy, rules));
-    if let Some(new_blocks) = &new_blocks {
-        // Only directories whose block the change alters can have drifted because of it.
-        let old_blocks =
-            policy_from(&blobs, &repo, "HEAD:", &policy_rel).map(|(old, _)| blocks(&old, rules)).unwrap_or_default();
-        for dir in new_blocks.keys().chain(old_blocks.keys()) {
-            if new_blocks.get(dir) != old_blocks.get(dir) {
+    let head_policy = policy_from(&blobs, &repo, "HEAD:", &policy_rel).map(|(old, _)| old);
+    if policy_changed {
+        // Only directories whose units the change alters can have drifted because of it.
+        let old = head_policy.as_ref().map(units_by_dir).unwrap_or_default();
+        let new = units_by_dir(&policy);
+        for dir in new.keys().chain(old.keys()) {
+            if new.get(dir) != old.get(dir) {
                 dirs.insert(dir.clone());
             }
+        }
+    }
+    let mut blobs = blobs.into_inner();
+    let mut fetch = |spec: String| blobs.get(&spec).map_err(|e| e.to_string());
+    // The policy and its snapshot travel together: a staged policy needs its staged snapshot.
+    if policy_changed || staged.contains(&snapshot_rel) {
+        let want = crate::review::effective::render(
+            &crate::review::effective::compute(&policy, rules),
+            &policy_rel.display().to_string(),
+            "sanpolicy gen-makefiles",
+        );
+        let have = fetch(format!(":{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
+        if snapshot_body(have.as_deref()) != snapshot_body(Some(&want)) {
+            outcome.diags.push(
+                Diagnostic::error(Code::StaleFile, format!("the staged `{snapshot_rel}` does not match the staged policy"))
+                    .at(Location::file(&repo.join(&snapshot_rel)))
+                    .hint(format!("run `sanpolicy gen-makefiles` and `git add {snapshot_rel}`")),
+            );
         }
     }
     if dirs.is_empty() {
         return Ok(outcome);
     }
-    let join = |d: &str, n: &str| if d.is_empty() { n.to_string() } else { format!("{d}/{n}") };
-    let mut blobs = blobs.into_inner();
-    let mut fetch = |spec: String| blobs.get(&spec).map_err(|e| e.to_string());
-    let by_dir = policy.units_by_dir();
-    for d in &dirs {
-        let mut pick = |prefix: &str| -> Result<Option<(String, Vec<u8>)>, String> {
-            for name in ["Kbuild", "Makefile"] {
-                let rel = join(d, name);
-                if let Some(bytes) = fetch(format!("{prefix}{rel}"))? {
-                    return Ok(Some((rel, bytes)));
-                }
-            }
-            Ok(None)
-        };
-        let Some((rel, staged_bytes)) = pick(":")? else { continue };
-        let head = pick("HEAD:")?.filter(|(r, _)| *r == rel).map(|(_, b)| String::from_utf8_lossy(&b).into_owned());
-        let text = String::from_utf8_lossy(&staged_bytes).into_owned();
-        let block = match &new_blocks {
-            Some(blocks) => blocks.get(d).cloned(),
-            None => by_dir.get(d.as_str()).map(|units| emit::render_block(units, rules)),
-        };
-        check_file(&repo, &rel, &text, head.as_deref(), &block.unwrap_or_default(), &mut outcome);
-    }
+    let base_text = fetch(format!("HEAD:{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
+    let base = crate::check::drift::Base::parse(base_text.as_deref());
+    staged_drift(&repo, &policy, rules, &dirs, &base, &mut fetch, &mut outcome)?;
     Ok(outcome)
 }
 
-/// The block each directory of `policy` gets.
-fn blocks(policy: &Policy, rules: &Rules) -> BTreeMap<String, String> {
-    policy.units_by_dir().into_iter().map(|(dir, units)| (dir.to_string(), emit::render_block(&units, rules))).collect()
+/// The snapshot without its header, which names how it was generated.
+fn snapshot_body(text: Option<&str>) -> Option<Vec<&str>> {
+    text.map(|t| t.lines().filter(|l| !l.starts_with('#')).collect())
 }
 
-fn check_file(repo: &Path, rel: &str, text: &str, head: Option<&str>, block: &str, outcome: &mut Outcome) {
-    let path = repo.join(rel);
-    let parsed = makefile::parse(text);
-    match emit::splice(text, &parsed, block, false) {
-        Ok(expected) if expected != text => outcome.stale.push(Change {
-            path: path.clone(),
-            display: rel.to_string(),
-            old: Some(text.to_string()),
-            new: Some(expected),
-        }),
-        Ok(_) => {}
-        Err(SpliceError::HandEdited(b)) => outcome.diags.push(
-            Diagnostic::error(Code::HandEditedBlock, "generated block was edited by hand")
-                .at(Location::at_line(&path, text, b.begin_line))
-                .hint("change the policy instead and run `sanpolicy gen-makefiles`"),
-        ),
-        Err(SpliceError::Markers(line, message)) => {
-            outcome.diags.push(Diagnostic::error(Code::BadMarker, message).at(Location::at_line(&path, text, line)))
+/// What each directory's units are, for telling which directories a policy change touches.
+fn units_by_dir(policy: &Policy) -> BTreeMap<String, Vec<String>> {
+    policy
+        .units_by_dir()
+        .into_iter()
+        .map(|(dir, units)| {
+            let said = units.iter().map(|u| format!("{} {:?} {:?} {:?}", u.path.text, u.settings, u.when, u.flags)).collect();
+            (dir.to_string(), said)
+        })
+        .collect()
+}
+
+/// Drift on the staged files: the staged kbuild files of `dirs` are laid out in a scratch tree
+/// and judged by the same planning and drift rules as `check` and `gen-makefiles --check`, with
+/// every position and text taken from the staged blobs.
+fn staged_drift(
+    repo: &Path,
+    policy: &Policy,
+    rules: &Rules,
+    dirs: &BTreeSet<String>,
+    base: &crate::check::drift::Base,
+    fetch: &mut dyn FnMut(String) -> Result<Option<Vec<u8>>, String>,
+    outcome: &mut Outcome,
+) -> Result<(), String> {
+    let scratch = tempfile::tempdir().map_err(|e| format!("cannot create a scratch directory: {e}"))?;
+    let join = |d: &str, n: &str| if d.is_empty() { n.to_string() } else { format!("{d}/{n}") };
+    for d in dirs {
+        for name in ["Kbuild", "Makefile"] {
+            let rel = join(d, name);
+            if let Some(bytes) = fetch(format!(":{rel}"))? {
+                let path = scratch.path().join(&rel);
+                std::fs::create_dir_all(path.parent().unwrap_or(scratch.path())).map_err(|e| e.to_string())?;
+                std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
+                break;
+            }
         }
     }
-    hand_directives(&path, text, &parsed, head, outcome);
-}
-
-/// Directives outside generated blocks that the commit adds, or removes without the block taking
-/// them over.
-fn hand_directives(path: &Path, text: &str, parsed: &KbuildFile, head: Option<&str>, outcome: &mut Outcome) {
-    let outside = |f: &KbuildFile| -> Vec<(String, String, usize)> {
-        f.directives()
-            .map(|(i, _)| &f.assignments[i])
-            .filter(|a| !a.in_block)
-            .map(|a| (a.name.clone(), a.value.clone(), a.line))
-            .collect()
+    let mut sub = policy.clone();
+    sub.units.retain(|u| dirs.contains(&u.path.kbuild_dir));
+    let plan = crate::generate::plan_tree(&sub, scratch.path(), rules, false, false);
+    let moved = |p: &Path| repo.join(p.strip_prefix(scratch.path()).unwrap_or(p));
+    let relocate = |mut d: Diagnostic| {
+        if let Some(l) = d.location.as_mut() {
+            l.path = moved(&l.path);
+        }
+        d
     };
-    let now = outside(parsed);
-    let before = head.map(makefile::parse).map(|f| outside(&f)).unwrap_or_default();
-    let key = |v: &(String, String, usize)| (v.0.clone(), v.1.clone());
-    let before_keys: BTreeSet<_> = before.iter().map(key).collect();
-    let now_keys: BTreeSet<_> = now.iter().map(key).collect();
-    for d in now.iter().filter(|d| !before_keys.contains(&key(d))) {
-        outcome.diags.push(
-            Diagnostic::error(Code::ConflictingDirective, format!("`{} := {}` added by hand", d.0, d.1))
-                .at(Location::at_line(path, text, d.2))
-                .hint("put the exemption in the policy with a reason and run `sanpolicy gen-makefiles`"),
-        );
+    let mut found = plan.diags.clone();
+    found.extend(crate::check::drift::findings(&sub, &plan, rules, base, "sanpolicy"));
+    outcome.diags.extend(Diagnostics(found.0.into_iter().map(relocate).collect()));
+    for c in plan.changes.into_iter().filter(|c| !c.is_noop()) {
+        outcome.stale.push(Change { path: moved(&c.path), ..c });
     }
-    let in_block = parsed.block_names();
-    for d in before.iter().filter(|d| !now_keys.contains(&key(d)) && !in_block.contains(d.0.as_str())) {
-        outcome.diags.push(
-            Diagnostic::error(
-                Code::ConflictingDirective,
-                format!("`{}` removed by hand (was line {} in HEAD)", d.0, d.2),
-            )
-            .at(Location::file(path))
-            .hint("instrumentation changes go through the policy: add a unit (or drop one) and regenerate"),
-        );
-    }
+    Ok(())
 }
 
 /// The hook script `install-hook` writes; the marker line identifies it as ours.
 pub const HOOK_MARKER: &str = "# installed by `sanpolicy install-hook`";
 
-pub fn hook_script(policy: Option<&Path>) -> String {
-    let policy =
-        policy.map(|p| format!(" --policy '{}'", p.display().to_string().replace('\'', "'\\''"))).unwrap_or_default();
+/// The hook script. `program` is the sanpolicy binary that installed it, by absolute path: git
+/// GUIs and `env -i` run hooks without the user's PATH. Should it be gone, the hook falls back
+/// to `sanpolicy` on PATH.
+pub fn hook_script(policy: Option<&Path>, program: Option<&Path>) -> String {
+    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
+    let policy = policy.map(|p| format!(" --policy {}", quote(p))).unwrap_or_default();
+    let program = program.map(quote).unwrap_or_else(|| "sanpolicy".into());
     format!(
-        "#!/bin/sh\n{HOOK_MARKER}: keeps generated Kbuild blocks in sync with the sanitizer policy.\n\
-         # Skip once with `git commit --no-verify`; CI should run `sanpolicy gen-makefiles --check` too.\n\
-         exec sanpolicy pre-commit{policy}\n"
+        "#!/bin/sh\n{HOOK_MARKER}: keeps the tree's directives in sync with the sanitizer policy.\n\
+         # Skip once with `git commit --no-verify`; CI runs `sanpolicy gen-makefiles --check`, which fails on the same drift.\n\
+         sanpolicy={program}\n\
+         [ -x \"$sanpolicy\" ] || sanpolicy=sanpolicy\n\
+         exec \"$sanpolicy\" pre-commit{policy}\n"
     )
 }
 

@@ -1,0 +1,96 @@
+//! `sync`: take the tree's directives (a merge, a hand edit) back into the policy.
+
+use clap::Args;
+
+use super::context::{base_for, display, inputs, plan_with_snapshot, CommonArgs, Ui};
+use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
+use crate::check::drift::Base;
+use crate::diagnostic::{Code, Diagnostic, Diagnostics};
+use crate::output::{self, Change};
+use crate::review::effective;
+use crate::{import, policy};
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Write nothing; exit 1 when the policy would change.
+    #[arg(long)]
+    pub check: bool,
+}
+
+pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+    let Ok(inputs) = inputs(&args.common, defaults, true, ui) else { return EXIT_BAD_INPUT };
+    let Some(tree) = inputs.tree.clone() else {
+        eprintln!("error: `sync` needs a kernel tree: pass `--tree DIR`");
+        return EXIT_BAD_INPUT;
+    };
+    let main = inputs.policy.files.first().map(|(_, t)| t.clone()).unwrap_or_default();
+    let base = base_for(&inputs);
+    if !base.known {
+        ui.report(&Diagnostics(vec![Diagnostic::error(
+            Code::Io,
+            format!("no effective snapshot beside `{}`: sync compares with the last generated state", display(&inputs.policy_path)),
+        )
+        .hint(format!("run `{} gen-makefiles` once (it writes the snapshot), then sync after each merge", defaults.program))]));
+        return EXIT_BAD_INPUT;
+    }
+    let now = {
+        let command = format!("{} gen-makefiles", defaults.program);
+        let text = effective::render(&effective::compute(&inputs.policy, &inputs.rules), &display(&inputs.policy_path), &command);
+        Base::parse(Some(&text))
+    };
+    let scan = import::scan(&tree, &inputs.rules);
+    let synced = match import::sync::sync(&inputs.policy, &main, &scan, &base, &now, &defaults.program) {
+        Ok(s) => s,
+        Err(diags) => {
+            ui.report(&diags.sorted());
+            eprintln!("error: nothing was written");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    // The new policy must still be a valid policy, and its snapshot is rewritten to match.
+    let (policy, diags) = policy::parse_str(&inputs.policy_path, &synced.text);
+    if diags.has_errors() {
+        ui.sources.insert(&inputs.policy_path, &synced.text);
+        ui.report(&diags);
+        eprintln!("error: the synced policy does not validate (a sanpolicy bug); nothing was written");
+        return EXIT_BAD_INPUT;
+    }
+    for (what, list) in [("added", &synced.added), ("removed", &synced.removed), ("changed", &synced.changed)] {
+        for item in list {
+            eprintln!("{what}: {item}");
+        }
+    }
+    let mut changes = vec![Change {
+        path: inputs.policy_path.clone(),
+        display: display(&inputs.policy_path),
+        old: Some(main.clone()),
+        new: Some(synced.text.clone()),
+    }];
+    let synced_inputs = super::context::Inputs { policy, ..inputs };
+    let plan = plan_with_snapshot(&synced_inputs, None, defaults, false, false);
+    changes.extend(plan.changes.into_iter().filter(|c| c.display.ends_with(".effective.txt")));
+    if args.check {
+        let stale = changes.iter().any(|c| !c.is_noop());
+        eprintln!("{}", if stale { "the policy is behind the tree: run `sanpolicy sync`" } else { "the policy is in sync with the tree" });
+        return if stale { super::EXIT_FINDINGS } else { EXIT_OK };
+    }
+    if let Err(e) = output::apply(&changes) {
+        eprintln!("error: writing failed: {e}");
+        return EXIT_BAD_INPUT;
+    }
+    let _ = tree;
+    if synced.is_noop() {
+        eprintln!("{}: in sync with the tree, nothing to take back", display(&synced_inputs.policy_path));
+    } else {
+        eprintln!(
+            "{}: {} added, {} removed, {} changed; review the policy diff (reasons come from the tree's comments), then commit",
+            display(&synced_inputs.policy_path),
+            synced.added.len(),
+            synced.removed.len(),
+            synced.changed.len()
+        );
+    }
+    EXIT_OK
+}

@@ -1,0 +1,310 @@
+//! `sync`: take the tree's directives back into the policy after a merge or a hand edit.
+//!
+//! The tree's lines and the policy's units are compared three ways with the last generated
+//! state (the effective snapshot): a line the tree gained (a merge, a hand edit) becomes a unit
+//! with its comment paragraph as the reason; a line the tree lost drops its unit's setting; a
+//! value the tree changed updates the unit. Where the *policy* moved instead (a unit added or
+//! dropped but not generated yet), sync refuses: `gen-makefiles` is what moves the tree then.
+//! The policy file is edited with toml_edit, so reasons, links, comments and the order of
+//! untouched units stay as they are. No kbuild file is changed.
+
+use std::collections::BTreeMap;
+
+use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, Value};
+
+use super::scan::Scan;
+use super::ImportedUnit;
+use crate::check::drift::Base;
+use crate::diagnostic::{Code, Diagnostic, Diagnostics};
+use crate::emit::inplace::canonical_when;
+use crate::mechanism::{Form, MechId};
+use crate::policy::{expand_variants, Policy, Setting};
+
+/// What one line or unit setting says: skip/force and the exact value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Said {
+    setting: Setting,
+    flags: Option<String>,
+}
+
+/// `(directory, object, conditions, mechanism)`: what a line and a unit setting are matched by.
+type Key = (String, Option<String>, Vec<String>, MechId);
+
+/// The outcome: the policy's new text and what changed, for the summary.
+#[derive(Debug, Default)]
+pub struct Synced {
+    pub text: String,
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+}
+
+impl Synced {
+    pub fn is_noop(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+fn unit_path(dir: &str, object: Option<&str>) -> String {
+    match object {
+        Some(o) => format!("{dir}/{o}"),
+        None => format!("{dir}/"),
+    }
+}
+
+fn said_of(id: MechId, setting: Setting, flags: Option<&String>) -> Said {
+    let own = match id.get().form {
+        Form::FlagRemoval { flags, .. } => Some(flags),
+        Form::Variable { .. } => None,
+    };
+    Said { setting, flags: flags.filter(|f| Some(f.as_str()) != own).cloned() }
+}
+
+/// The tree's side: every modelled line, by key, with the imported unit it belongs to.
+fn tree_side(scan: &Scan) -> BTreeMap<Key, (Said, usize)> {
+    let mut out = BTreeMap::new();
+    for (i, u) in scan.units.iter().enumerate() {
+        for (id, setting) in &u.settings {
+            let key = (u.dir.clone(), u.object.clone(), canonical_when(&u.when), *id);
+            out.insert(key, (said_of(*id, *setting, u.flags.get(id)), i));
+        }
+    }
+    out
+}
+
+/// The policy's side, by key, with the unit's index.
+fn policy_side(policy: &Policy) -> BTreeMap<Key, (Said, usize)> {
+    let mut out = BTreeMap::new();
+    for (i, u) in policy.units.iter().enumerate() {
+        for (id, setting) in &u.settings {
+            let key = (u.path.kbuild_dir.clone(), u.path.object.clone(), canonical_when(&u.when), *id);
+            out.insert(key, (said_of(*id, *setting, u.flags.get(id)), i));
+        }
+    }
+    out
+}
+
+/// Whether the last generation had this key (any spelling of `$(VAR)` names).
+fn in_base(base: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>) -> bool {
+    let path = unit_path(&key.0, key.1.as_deref());
+    expand_variants(&path, vars).iter().any(|p| base.has(p, key.3)) || base.has(&path, key.3)
+}
+
+/// Plan the policy edit. `text` is the main policy file's text; units in included files are
+/// never edited (an update they need is refused, naming them).
+/// `base` is the last generated state, `now` the policy's state as it stands (its snapshot
+/// computed afresh): a value both sides changed cannot be taken from the tree.
+pub fn sync(policy: &Policy, text: &str, scan: &Scan, base: &Base, now: &Base, program: &str) -> Result<Synced, Diagnostics> {
+    let tree = tree_side(scan);
+    let ours = policy_side(policy);
+    let main = policy.files.first().map(|(p, _)| p.clone()).unwrap_or_default();
+    let mut ahead = Diagnostics::default();
+    let mut add: Vec<(Key, Said, usize)> = Vec::new();
+    let mut drop: Vec<(Key, usize)> = Vec::new();
+    let mut change: Vec<(Key, Said, usize)> = Vec::new();
+    let mut refuse = |unit: Option<usize>, message: String| {
+        let mut d = Diagnostic::error(Code::Drift, message).hint(format!(
+            "the policy is ahead of the tree here: run `{program} gen-makefiles` first to write it, then `{program} sync`"
+        ));
+        if let Some(u) = unit {
+            d = d.at(policy.units[u].location.clone());
+        }
+        ahead.push(d);
+    };
+    for (key, (said, t)) in &tree {
+        match ours.get(key) {
+            None if !in_base(base, key, &scan.units[*t].vars) || !base.known => add.push((key.clone(), said.clone(), *t)),
+            None => refuse(None, format!("the policy dropped `{}` `{}`, which the tree still has", unit_path(&key.0, key.1.as_deref()), key.3)),
+            Some((mine, u)) if mine != said => {
+                let path = unit_path(&key.0, key.1.as_deref());
+                let variants = expand_variants(&path, &policy.units[*u].vars);
+                let policy_moved = variants.iter().any(|p| base.state(p, key.3) != now.state(p, key.3));
+                if base.known && !policy_moved {
+                    change.push((key.clone(), said.clone(), *u));
+                } else {
+                    refuse(Some(*u), format!("the policy changed `{path}` `{}` since the last generation", key.3));
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    for (key, (_, u)) in &ours {
+        if tree.contains_key(key) {
+            continue;
+        }
+        if in_base(base, key, &policy.units[*u].vars) && base.known {
+            drop.push((key.clone(), *u));
+        } else {
+            refuse(Some(*u), format!("`{}` `{}` is in the policy but not written to the tree yet", policy.units[*u].path.text, key.3));
+        }
+    }
+    for u in drop.iter().map(|(_, u)| *u).chain(change.iter().map(|(_, _, u)| *u)) {
+        if policy.units[u].location.path != main {
+            ahead.push(
+                Diagnostic::error(Code::Unsupported, format!("`{}` lives in an included file", policy.units[u].path.text))
+                    .at(policy.units[u].location.clone())
+                    .hint("sync edits the main policy file only: move the unit into it, or edit the include by hand"),
+            );
+        }
+    }
+    if ahead.has_errors() {
+        return Err(ahead);
+    }
+    edit(policy, text, scan, &add, &drop, &change)
+}
+
+fn edit(
+    policy: &Policy,
+    text: &str,
+    scan: &Scan,
+    add: &[(Key, Said, usize)],
+    drop: &[(Key, usize)],
+    change: &[(Key, Said, usize)],
+) -> Result<Synced, Diagnostics> {
+    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
+        Diagnostics(vec![Diagnostic::error(Code::TomlSyntax, format!("cannot edit the policy: {}", e.message()))])
+    })?;
+    let mut out = Synced::default();
+    let mut tables: Vec<Option<Table>> = match doc.remove("unit") {
+        Some(Item::ArrayOfTables(aot)) => aot.into_iter().map(Some).collect(),
+        Some(other) => {
+            doc.insert("unit", other);
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
+    for (key, said, u) in change {
+        if let Some(t) = tables.get_mut(*u).and_then(Option::as_mut) {
+            set_mechanism(t, key.3, Some(said));
+            out.changed.push(format!("{} {}", policy.units[*u].path.text, key.3));
+        }
+    }
+    for (key, u) in drop {
+        if let Some(t) = tables.get_mut(*u).and_then(Option::as_mut) {
+            set_mechanism(t, key.3, None);
+            out.removed.push(format!("{} {}", policy.units[*u].path.text, key.3));
+        }
+    }
+    // A unit left with nothing to skip or force goes, with the comment above it.
+    for t in tables.iter_mut() {
+        if t.as_ref().is_some_and(|t| names(t, "skip").is_empty() && names(t, "force").is_empty()) {
+            *t = None;
+        }
+    }
+    // New lines: into the unit for the same object and conditions, else a new unit placed after
+    // the last unit of the same directory (so the policy stays grouped as the tree is).
+    let mut appended: Vec<(usize, Table)> = Vec::new();
+    let mut fresh: BTreeMap<usize, usize> = BTreeMap::new();
+    for (key, said, t) in add {
+        let same = policy.units.iter().position(|u| {
+            u.path.kbuild_dir == key.0 && u.path.object == key.1 && canonical_when(&u.when) == key.2
+        });
+        out.added.push(format!("{} {}", unit_path(&key.0, key.1.as_deref()), key.3));
+        if let Some(Some(table)) = same.and_then(|u| tables.get_mut(u)) {
+            set_mechanism(table, key.3, Some(said));
+            continue;
+        }
+        // A new unit is written whole, as import writes it, the first time one of its lines comes.
+        if fresh.contains_key(t) {
+            continue;
+        }
+        let after = policy.units.iter().rposition(|u| u.path.kbuild_dir == key.0).unwrap_or(usize::MAX);
+        fresh.insert(*t, appended.len());
+        appended.push((after, new_unit(&scan.units[*t])));
+    }
+    let mut aot = ArrayOfTables::new();
+    let mut pending = appended;
+    // A new table sorts where its document position says: give it its predecessor's.
+    let mut last_position = 0;
+    for (i, t) in tables.into_iter().enumerate() {
+        if let Some(t) = t {
+            last_position = t.position().unwrap_or(last_position);
+            aot.push(t);
+        }
+        let (here, later): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(after, _)| *after == i);
+        for (_, mut t) in here {
+            t.set_position(last_position);
+            aot.push(t);
+        }
+        pending = later;
+    }
+    for (_, mut t) in pending {
+        t.set_position(last_position);
+        aot.push(t);
+    }
+    if !aot.is_empty() {
+        doc.insert("unit", Item::ArrayOfTables(aot));
+    }
+    out.text = doc.to_string();
+    Ok(out)
+}
+
+/// The mechanism names in `skip` or `force`.
+fn names(t: &Table, key: &str) -> Vec<String> {
+    t.get(key).and_then(Item::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+/// Put `id` into `skip` or `force` as `said` says (or take it out of both), keeping the
+/// arrays' formatting, and its `flags` entry in step.
+fn set_mechanism(t: &mut Table, id: MechId, said: Option<&Said>) {
+    let name = id.get().name;
+    for key in ["skip", "force"] {
+        if let Some(a) = t.get_mut(key).and_then(Item::as_array_mut) {
+            a.retain(|v| v.as_str() != Some(name));
+        }
+    }
+    let flags_empty = {
+        if let Some(f) = t.get_mut("flags").and_then(Item::as_table_like_mut) {
+            f.remove(name);
+            f.is_empty()
+        } else {
+            false
+        }
+    };
+    if flags_empty {
+        t.remove("flags");
+    }
+    let Some(said) = said else {
+        for key in ["skip", "force"] {
+            if t.get(key).and_then(Item::as_array).is_some_and(Array::is_empty) {
+                t.remove(key);
+            }
+        }
+        return;
+    };
+    let key = if said.setting == Setting::Skip { "skip" } else { "force" };
+    match t.get_mut(key).and_then(Item::as_array_mut) {
+        Some(a) => a.push(name),
+        None => {
+            let mut a = Array::new();
+            a.push(name);
+            t.insert(key, Item::Value(Value::Array(a)));
+        }
+    }
+    if let Some(flags) = &said.flags {
+        match t.get_mut("flags").and_then(Item::as_inline_table_mut) {
+            Some(f) => {
+                f.insert(name, flags.as_str().into());
+            }
+            None => {
+                let mut f = toml_edit::InlineTable::new();
+                f.insert(name, flags.as_str().into());
+                t.insert("flags", Item::Value(Value::InlineTable(f)));
+            }
+        }
+    }
+    for key in ["skip", "force"] {
+        if t.get(key).and_then(Item::as_array).is_some_and(Array::is_empty) {
+            t.remove(key);
+        }
+    }
+}
+
+/// A `[[unit]]` for lines the tree gained, as import writes it.
+fn new_unit(unit: &ImportedUnit) -> Table {
+    let text = super::policy_toml(std::slice::from_ref(unit), "", crate::policy::Layout::InPlace);
+    let doc: DocumentMut = text.parse().expect("import writes valid TOML");
+    let mut table = doc.get("unit").and_then(Item::as_array_of_tables).and_then(|a| a.get(0)).cloned().unwrap_or_default();
+    table.decor_mut().set_prefix("\n");
+    table
+}
