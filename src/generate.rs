@@ -103,12 +103,8 @@ fn plan_in_place(policy: &Policy, tree: &Path, rules: &Rules, sweep: bool) -> Pl
     let mut dirs: BTreeMap<String, Vec<&Unit>> =
         by_dir.iter().map(|(d, u)| (d.to_string(), u.clone())).collect();
     if sweep {
-        for (path, _) in makefile::read_kbuild_files(tree, &crate::mechanism::directive_words()).0 {
-            let Some(dir) = path.parent().and_then(|d| d.strip_prefix(tree).ok()) else { continue };
-            let dir = dir.to_string_lossy().into_owned();
-            if kbuild_file(&tree.join(&dir)).as_deref() == Some(path.as_path()) {
-                dirs.entry(dir).or_default();
-            }
+        for dir in swept_dirs(tree) {
+            dirs.entry(dir).or_default();
         }
     }
     for (dir, units) in &dirs {
@@ -182,19 +178,28 @@ fn plan_blocks(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: 
             plan_dir(&mut plan, &mut at, dir, units, rules, force);
         }
     }
-    // Blocks left in directories the policy no longer names are removed.
-    let leftovers = if sweep { files_with_blocks(tree) } else { Vec::new() };
-    for path in leftovers {
-        let dir = path
-            .parent()
-            .and_then(|d| d.strip_prefix(tree).ok())
-            .map(|d| d.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if !by_dir.contains_key(dir.as_str()) && kbuild_file(&tree.join(&dir)).as_deref() == Some(path.as_path()) {
-            plan_dir(&mut plan, &mut at, &dir, &[], rules, force);
-        }
+    // Blocks left in directories the policy no longer names are removed; the other files with
+    // directives are read too, so that drift sees a hand-added line anywhere.
+    let swept = if sweep { swept_dirs(tree) } else { Default::default() };
+    for dir in swept.iter().filter(|d| !by_dir.contains_key(d.as_str())) {
+        plan_dir(&mut plan, &mut at, dir, &[], rules, force);
     }
     plan
+}
+
+/// Directories whose kbuild file (as Kbuild picks it) holds a directive or a generated block.
+fn swept_dirs(tree: &Path) -> std::collections::BTreeSet<String> {
+    let mut needles = crate::mechanism::directive_words();
+    needles.push(BEGIN_MARKER);
+    let mut out = std::collections::BTreeSet::new();
+    for (path, _) in makefile::read_kbuild_files(tree, &needles).0 {
+        let Some(dir) = path.parent().and_then(|d| d.strip_prefix(tree).ok()) else { continue };
+        let dir = dir.to_string_lossy().into_owned();
+        if kbuild_file(&tree.join(&dir)).as_deref() == Some(path.as_path()) {
+            out.insert(dir);
+        }
+    }
+    out
 }
 
 /// Units of one directory that set one Kbuild variable both ways under the same conditions:
@@ -310,16 +315,6 @@ fn plan_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit], rules: &
                 .hint("move the change into the policy and rerun with `--force` to overwrite the block"),
         ),
     }
-}
-
-/// Kbuild files under `tree` that hold a generated block.
-fn files_with_blocks(tree: &Path) -> Vec<PathBuf> {
-    makefile::read_kbuild_files(tree, &[BEGIN_MARKER])
-        .0
-        .into_iter()
-        .map(|(path, _)| path)
-        .filter(|p| matches!(p.file_name().and_then(|n| n.to_str()), Some("Makefile" | "Kbuild")))
-        .collect()
 }
 
 /// Plan the standalone fragments under `out` (one `<dir>/sanpolicy.mk` per directory), removing

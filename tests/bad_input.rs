@@ -486,12 +486,12 @@ fn cases() -> Vec<Case> {
         tree_case(
             "directory missing from the tree",
             |t| fs::remove_dir_all(t.join("mm/runtime")).unwrap(),
-            &[("missing-directory", "./sanitizer-policy.toml:15:8")],
+            &[("missing-directory", "./sanitizer-policy.toml:19:8")],
         ),
         tree_case(
             "directory without a kbuild file",
             |t| fs::remove_file(t.join(RUNTIME)).unwrap(),
-            &[("missing-kbuild-file", "./sanitizer-policy.toml:15:8")],
+            &[("missing-kbuild-file", "./sanitizer-policy.toml:19:8")],
         ),
         tree_case(
             "output directory is a file",

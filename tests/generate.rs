@@ -222,7 +222,7 @@ fn directory_off_file_on() {
     // The requirements name the forced object in `except`, so they hold.
     let check = tree.run(&["check"]);
     assert_eq!(check.code, 0, "{}", check.both());
-    assert!(check.stderr.ends_with("0 error(s), 0 warning(s)\n"), "{}", check.stderr);
+    assert!(check.stderr.starts_with("check ok:") && check.stderr.ends_with("0 drift, 0 finding(s), 0 acknowledged, 0 warning(s)\n"), "{}", check.stderr);
 }
 
 #[test]
@@ -303,7 +303,7 @@ fn gen_check_reports_orphaned_blocks() {
         .unwrap_or_else(|| panic!("no diff for the orphaned block:\n{}", check.both()));
     assert!(orphan.contains("\n-KCOV_INSTRUMENT := n\n"), "{orphan}");
     // lib/Makefile, the orphan, and the effective-policy snapshot that does not exist yet.
-    assert!(check.stderr.contains("error: 3 generated file(s) out of date"), "{}", check.stderr);
+    assert!(check.stderr.contains("error: 3 drift finding(s) (3 file(s) out of date)"), "{}", check.stderr);
 }
 
 #[test]
@@ -358,7 +358,14 @@ fn broken_requirements_fail_check() {
 
 #[test]
 fn missing_sources_fail_check() {
-    let tree = generate("missing-source", V6_12);
+    // Writing never creates a new problem: a line for an object with no source is refused.
+    let tree = Tree::new("missing-source", V6_12);
+    let before = tree.fingerprint();
+    let write = tree.run(&["gen-makefiles"]);
+    assert_eq!(write.code, 2, "{}", write.both());
+    assert_eq!(write.stderr.matches("error[missing-source]").count(), 2, "{}", write.stderr);
+    assert!(write.stderr.contains("writing this line would add a dead exemption"), "{}", write.stderr);
+    assert_unchanged(&before, &tree.fingerprint(), "gen-makefiles refusing dead exemptions");
     let check = tree.run(&["check"]);
     assert_eq!(check.code, 1, "{}", check.both());
     insta::assert_snapshot!("missing_source_check", check.both());
@@ -367,7 +374,14 @@ fn missing_sources_fail_check() {
 
 #[test]
 fn directives_outside_the_block() {
-    let tree = generate("outside-directives", V6_12);
+    // One verdict: a directive the policy does not own fails `gen-makefiles --check` as it
+    // fails `check` and the hook (writing the blocks leaves it alone, so writing succeeds).
+    let tree = Tree::new("outside-directives", V6_12);
+    assert_eq!(tree.run(&["gen-makefiles"]).code, 0);
+    let ci = tree.run(&["gen-makefiles", "--check"]);
+    assert_eq!(ci.code, 1, "{}", ci.both());
+    assert!(ci.stderr.contains("`KCOV_INSTRUMENT_page_alloc.o := n` is in the tree but not in the policy"), "{}", ci.stderr);
+    assert!(ci.stderr.contains("error[conflicting-directive]"), "{}", ci.stderr);
     let check = tree.run(&["check"]);
     assert_eq!(check.code, 1, "{}", check.both());
     insta::assert_snapshot!("outside_directives_check", check.both());

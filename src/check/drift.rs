@@ -228,7 +228,7 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
                     Diagnostic::error(Code::ConflictingDirective, format!("`{}` is set both here and in the generated block", a.name))
                         .at(loc)
                         .hint("the policy owns this variable: delete this hand-written line"),
-                    true,
+                    false,
                 ));
             } else {
                 let known = base.has(&path, d.mech) && base.known;
@@ -237,9 +237,13 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
                 } else {
                     format!("run `{program} sync` to take it into the policy, then `{program} gen-makefiles` moves it into the block")
                 };
+                // Writing the block leaves this line alone: nothing is lost, so it never blocks a write.
+                let text = before[a.bytes.clone()].trim_end().to_string();
                 diags.push((
-                    Diagnostic::error(Code::UnmanagedDirective, format!("`{}` is not in the policy", a.name)).at(loc).hint(hint),
-                    !known,
+                    Diagnostic::error(Code::UnmanagedDirective, format!("`{text}` is in the tree but not in the policy"))
+                        .at(loc)
+                        .hint(hint),
+                    false,
                 ));
             }
         }

@@ -22,8 +22,11 @@ pub struct CheckArgs {
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<std::path::PathBuf>,
     /// Print only what fails the run (and the summary line).
-    #[arg(long, short)]
+    #[arg(long, short, conflicts_with = "verbose")]
     pub quiet: bool,
+    /// Also list the requirements that do not apply to this tree.
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 /// The closing line: the verdict in numbers, the same shape whatever was found.
@@ -63,11 +66,9 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         diags.extend(workspace_findings(&inputs.policy, &inputs.policy_path, ws, defaults));
     }
     let diags = diags.sorted();
-    if args.quiet {
-        ui.report(&crate::diagnostic::Diagnostics(diags.iter().filter(|d| d.is_error()).cloned().collect()));
-    } else {
-        ui.report(&diags);
-    }
+    // Requirements that do not apply to this tree are counted in the summary; `--verbose` lists them.
+    let shown = diags.iter().filter(|d| if args.quiet { d.is_error() } else { args.verbose || d.code != Code::NotApplicable });
+    ui.report(&crate::diagnostic::Diagnostics(shown.cloned().collect()));
     let errors = diags.iter().filter(|d| d.is_error()).count();
     eprintln!("{}", summary(&inputs.policy, &inputs.policy_path, &diags));
     if diags.has_bad_input() {

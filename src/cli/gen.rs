@@ -77,8 +77,8 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             return EXIT_OK;
         }
         eprintln!(
-            "error: {} drift finding(s), {} file(s) out of date; follow each `help:` above (`{} gen-makefiles` writes the policy, `{} sync` takes the tree's changes into it)",
-            drift.0.len().max(stale.len()),
+            "error: {} drift finding(s) ({} file(s) out of date); follow each `help:` above (`{} gen-makefiles` writes the policy, `{} sync` takes the tree's changes into it)",
+            drift.0.len(),
             stale.len(),
             defaults.program,
             defaults.program
