@@ -47,6 +47,9 @@ pub enum Code {
     BadReason,
     ConflictingUnits,
     Symlink,
+    ReservedProfile,
+    ProcMacroCrate,
+    UnlinkedRuntime,
 }
 
 impl Code {
@@ -87,6 +90,9 @@ impl Code {
             Code::BadReason => "bad-reason",
             Code::ConflictingUnits => "conflicting-units",
             Code::Symlink => "symlink",
+            Code::ReservedProfile => "reserved-profile",
+            Code::ProcMacroCrate => "proc-macro-crate",
+            Code::UnlinkedRuntime => "unlinked-runtime",
         }
     }
 
@@ -106,6 +112,7 @@ impl Code {
                 | Code::HandEditedBlock
                 | Code::UndocumentedAttribute
                 | Code::UnparsableSource
+                | Code::UnlinkedRuntime
         )
     }
 }
