@@ -50,6 +50,7 @@ pub enum Code {
     ReservedProfile,
     ProcMacroCrate,
     UnlinkedRuntime,
+    BadCategory,
 }
 
 impl Code {
@@ -93,6 +94,7 @@ impl Code {
             Code::ReservedProfile => "reserved-profile",
             Code::ProcMacroCrate => "proc-macro-crate",
             Code::UnlinkedRuntime => "unlinked-runtime",
+            Code::BadCategory => "bad-category",
         }
     }
 

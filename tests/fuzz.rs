@@ -393,6 +393,7 @@ fn unit(dir: &str, object: Option<&str>, settings: BTreeMap<MechId, Setting>, wh
         vars: BTreeMap::new(),
         location: here,
         setting_locations: BTreeMap::new(),
+        category: None,
     }
 }
 

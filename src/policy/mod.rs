@@ -41,6 +41,9 @@ pub struct Unit {
     pub location: Location,
     /// Where each mechanism name is written, for pointing at it.
     pub setting_locations: BTreeMap<MechId, Location>,
+    /// The report's reason category, when the policy names it (`category = "firmware"`);
+    /// otherwise the report reads it from the reason's words.
+    pub category: Option<String>,
 }
 
 /// One `[[require]]` entry: a unit that must be exempt from the listed mechanisms.
