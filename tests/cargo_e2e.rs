@@ -262,3 +262,45 @@ fn an_instrumented_proc_macro_does_not_load_which_is_why_forcing_one_is_refused(
     assert!(stderr.contains("libserde_derive-"), "{stderr}");
     assert!(stderr.contains("undefined symbol: __asan_option_detect_stack_use_after_return"), "{stderr}");
 }
+
+/// The functions of a binary (demangled names) whose code calls into the ASan runtime.
+fn asan_instrumented_functions(binary: &Path) -> Vec<String> {
+    let out = Command::new("objdump")
+        .args(["-d", "-C", "--no-show-raw-insn"])
+        .arg(binary)
+        .output()
+        .expect("objdump (binutils, installed with gcc) disassembles the binary");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut found = Vec::new();
+    let mut current: Option<String> = None;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(name) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")).map(|(_, n)| n) {
+            current = Some(name.to_string());
+        } else if line.contains("call") && line.contains("<__asan_") {
+            if let Some(name) = current.take() {
+                found.push(name);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn an_exempt_crates_generic_code_is_instrumented_in_its_callers() {
+    // The limit README and the generated comment state: smallvec is exempt from ASan, yet its
+    // generic code is monomorphised, and instrumented, in the crates that use it.
+    let ws = Ws::new("registry");
+    let run = ws.gen(&[]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    assert!(run.stdout.contains("limit: smallvec 1.16.6 skips asan"), "{}", run.stdout);
+    assert!(ws.read("Cargo.toml").contains("[profile.asan.package.smallvec]\nrustflags = []\n"));
+    build(&ws, &["build", "--profile", "asan"]);
+    let instrumented = asan_instrumented_functions(&ws.target_dir().join("asan/app"));
+    let smallvec: Vec<&String> =
+        instrumented.iter().filter(|f| f.trim_start_matches('<').starts_with("smallvec::")).collect();
+    eprintln!("{} smallvec functions instrumented in the binary, e.g. {:?}", smallvec.len(), smallvec.first());
+    assert!(
+        smallvec.iter().any(|f| f.contains("SmallVec<[u32; 4]>>::push")),
+        "SmallVec::push, called from app, is instrumented there: {smallvec:#?}"
+    );
+}
