@@ -472,6 +472,10 @@ fn from_a_member_directory_the_policy_and_manifest_are_the_workspace_roots() {
     assert!(!ws.path().join("app/sanitizer-policy.toml").exists());
     let check = fixture_tree::run_in(&ws.path().join("hooks"), &["gen-cargo", "--check"]);
     assert_eq!(check.code, 0, "{}", check.both());
+    // `check --workspace MEMBER` reads the same policy.
+    let check = fixture_tree::run_in(ws.path(), &["check", "--workspace", "app"]);
+    assert_eq!(check.code, 0, "{}", check.both());
+    assert!(check.stderr.contains("sanitizer-policy.toml: 0 unit(s)"), "{}", check.stderr);
 }
 
 #[test]

@@ -98,6 +98,13 @@ fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
     matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
+/// The policy beside the root manifest of the workspace containing `dir` (a member directory
+/// too), named as the user named the workspace where `dir` is the root.
+pub fn default_policy(dir: &std::path::Path) -> Result<PathBuf, Box<crate::diagnostic::Diagnostic>> {
+    let root = cargo::workspace::root(dir)?;
+    Ok(if same_dir(&root, dir) { dir.join(POLICY_IN_WORKSPACE) } else { root.join(POLICY_IN_WORKSPACE) })
+}
+
 pub fn run(args: &GenCargoArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Some(dir) = args.workspace.clone().or_else(|| defaults.tree.clone()) else {
         eprintln!("error: no workspace: pass `--workspace DIR`");
@@ -106,11 +113,8 @@ pub fn run(args: &GenCargoArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let mut diags = Diagnostics::default();
     let policy_path = match &args.policy {
         Some(p) => p.clone(),
-        // From a member directory too: the policy sits beside the root manifest.
-        None => match cargo::workspace::root(&dir) {
-            // Named as the user named the workspace where that is the root.
-            Ok(root) if same_dir(&root, &dir) => dir.join(POLICY_IN_WORKSPACE),
-            Ok(root) => root.join(POLICY_IN_WORKSPACE),
+        None => match default_policy(&dir) {
+            Ok(p) => p,
             Err(d) => {
                 diags.push(*d);
                 ui.report(&diags);
