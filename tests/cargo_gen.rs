@@ -365,6 +365,17 @@ fn forcing_a_sanitizer_on_a_proc_macro_crate_is_refused() {
     assert!(run.stderr.contains(&format!("sanitizer-policy.toml:{line}:10")), "{}", run.stderr);
     assert!(run.stderr.contains("help: remove `\"asan\"` from `force`"), "{}", run.stderr);
     assert_unchanged(&before, &ws.fingerprint(), "forcing a proc macro");
+    // sancov too; coverage's runtime is linked into the proc macro, so it loads.
+    ws.write(
+        "sanitizer-policy.toml",
+        &policy.replace("force = [\"asan\"]\nwhy", "force = [\"sancov\", \"coverage\"]\nwhy"),
+    );
+    let before = ws.fingerprint();
+    let run = ws.gen(&[]);
+    assert_eq!(run.code, 2, "{}", run.both());
+    assert_eq!(run.stderr.matches("error[proc-macro-crate]").count(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("forcing `sancov` on it"), "{}", run.stderr);
+    assert_unchanged(&before, &ws.fingerprint(), "forcing sancov on a proc macro");
     // Skipping a proc macro is harmless (it is never instrumented anyway).
     ws.write("sanitizer-policy.toml", &policy.replace("force = [\"asan\"]\nwhy", "skip = [\"asan\"]\nwhy"));
     ok(&ws, &[]);
