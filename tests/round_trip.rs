@@ -141,7 +141,7 @@ const CURATED_CHECK_CODES: &[&str] = &["missing-source", "unmanaged-directive"];
 #[ignore = "needs SANPOLICY_KERNEL_TREE=/path/to/an/extracted/kernel; run `cargo test --test round_trip kernel_tree_from_env -- --ignored`"]
 fn kernel_tree_from_env() {
     let tree = std::env::var_os(ENV_TREE).map(PathBuf::from).unwrap_or_else(|| {
-        panic!("{ENV_TREE} is not set: name an extracted kernel tree, e.g. {ENV_TREE}=/usr/src/linux-source-6.12")
+        panic!("{ENV_TREE} is not set: set it to the top of an extracted kernel tree (the directory holding scripts/Makefile.lib)")
     });
     assert!(
         tree.join("scripts/Makefile.lib").is_file(),
