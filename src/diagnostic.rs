@@ -51,6 +51,10 @@ pub enum Code {
     StaleAcknowledgement,
     Acknowledged,
     NotApplicable,
+    ReservedProfile,
+    ProcMacroCrate,
+    UnlinkedRuntime,
+    BadCategory,
 }
 
 impl Code {
@@ -95,6 +99,10 @@ impl Code {
             Code::StaleAcknowledgement => "stale-acknowledgement",
             Code::Acknowledged => "acknowledged",
             Code::NotApplicable => "not-applicable",
+            Code::ReservedProfile => "reserved-profile",
+            Code::ProcMacroCrate => "proc-macro-crate",
+            Code::UnlinkedRuntime => "unlinked-runtime",
+            Code::BadCategory => "bad-category",
         }
     }
 
@@ -114,6 +122,7 @@ impl Code {
                 | Code::HandEditedBlock
                 | Code::UndocumentedAttribute
                 | Code::UnparsableSource
+                | Code::UnlinkedRuntime
                 | Code::Drift
                 | Code::StaleAcknowledgement
                 | Code::Acknowledged

@@ -107,20 +107,16 @@ fn tsan_is_a_target_modifier_and_the_generated_flag_makes_it_link() {
     assert!(manifest.contains(exempt_table), "{manifest}");
     ws.write("Cargo.toml", &manifest.replace(exempt_table, "[profile.tsan.package.exempt]\nrustflags = []"));
     let stderr = refused(&ws);
-    assert!(
-        stderr.contains(
-            "unset `-Zsanitizer` in this crate is incompatible with `-Zsanitizer=thread` in dependency `base`"
-        ),
-        "{stderr}"
+    assert_rustc_said(
+        &stderr,
+        "unset `-Zsanitizer` in this crate is incompatible with `-Zsanitizer=thread` in dependency `base`",
     );
     // ... and on the instrumented crates, because the prebuilt std is not instrumented.
     ws.write("Cargo.toml", &manifest.replace(", \"-Cunsafe-allow-abi-mismatch=sanitizer\"]", "]"));
     let stderr = refused(&ws);
-    assert!(
-        stderr.contains(
-            "`-Zsanitizer=thread` in this crate is incompatible with unset `-Zsanitizer` in dependency `std`"
-        ),
-        "{stderr}"
+    assert_rustc_said(
+        &stderr,
+        "`-Zsanitizer=thread` in this crate is incompatible with unset `-Zsanitizer` in dependency `std`",
     );
 }
 
@@ -130,8 +126,44 @@ fn refused(ws: &Ws) -> String {
     let out = ws.cargo(&["build", "--profile", "tsan"]);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("mixing `-Zsanitizer` will cause an ABI mismatch"), "{stderr}");
+    assert_rustc_said(&stderr, "mixing `-Zsanitizer` will cause an ABI mismatch");
     stderr
+}
+
+/// The channel `rust-toolchain.toml` pins.
+fn pinned_channel() -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("rust-toolchain.toml"))
+        .expect("rust-toolchain.toml pins the toolchain these texts were measured with");
+    let line = text.lines().find(|l| l.trim_start().starts_with("channel")).expect("rust-toolchain.toml has a channel");
+    line.split('"').nth(1).expect("channel = \"…\"").to_string()
+}
+
+/// `rustc --version` of the toolchain the fixture builds use (the pinned one, unless
+/// `RUSTUP_TOOLCHAIN` or a `+toolchain` overrides it).
+fn rustc_version(ws: &Ws) -> String {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = Command::new(rustc).arg("--version").current_dir(ws.path()).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// rustc's texts for unstable errors (`-Zsanitizer`) are not a stable interface: these are the
+/// pinned toolchain's. A mismatch under another toolchain says so instead of failing obscurely.
+#[track_caller]
+fn assert_rustc_said(stderr: &str, text: &str) {
+    if stderr.contains(text) {
+        return;
+    }
+    let pinned = pinned_channel();
+    let ws = Ws::new("sanitized");
+    let actual = rustc_version(&ws);
+    let why = if actual.starts_with(&format!("rustc {pinned} ")) {
+        format!("the pinned toolchain ({actual}) no longer says it")
+    } else {
+        format!(
+            "this text is the wording of rustc {pinned}, pinned in rust-toolchain.toml, but the build used `{actual}`: run the tests with the pinned toolchain, or re-measure the texts and update them together with the pin"
+        )
+    };
+    panic!("rustc did not say {text:?}: {why}\n--- stderr\n{stderr}");
 }
 
 #[test]
@@ -190,4 +222,85 @@ fn crates_io_dependency_exempted_by_name() {
     assert!(calls_asan(&rlib("strsim")), "strsim was not instrumented");
     let (code, output) = run(&ws.target_dir().join("asan/app"), "");
     assert_eq!((code, output.trim()), (Some(0), "levenshtein = 3"));
+}
+
+#[test]
+fn a_sanitizer_forced_on_a_library_alone_fails_to_link_as_the_warning_says() {
+    let ws = Ws::new("sanitized");
+    let policy = "[[profile]]\nname = \"plain\"\nenable = []\n\n[[crate]]\nname = \"base\"\nforce = [\"asan\"]\nwhy = \"only base\"\n";
+    ws.write("sanitizer-policy.toml", policy);
+    let run = ws.gen(&[]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    assert!(run.stderr.contains("warning[unlinked-runtime]") && run.stderr.contains("binary `app`"), "{}", run.stderr);
+    let out = ws.cargo(&["build", "--profile", "plain"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the binary linked without the ASan runtime:\n{stderr}");
+    assert!(stderr.contains("undefined symbol: __asan_"), "{stderr}");
+    // Following the hint's second half (force it on the crate that links the binary) links.
+    ws.write(
+        "sanitizer-policy.toml",
+        &format!("{policy}\n[[crate]]\nname = \"app\"\nforce = [\"asan\"]\nwhy = \"links the runtime\"\n"),
+    );
+    let run = ws.gen(&[]);
+    assert!(!run.stderr.contains("unlinked-runtime"), "{}", run.stderr);
+    build(&ws, &["build", "--profile", "plain"]);
+}
+
+#[test]
+fn an_instrumented_proc_macro_does_not_load_which_is_why_forcing_one_is_refused() {
+    let ws = Ws::new("registry");
+    gen(&ws);
+    // What `force = ["asan"]` on serde_derive would write, added by hand (gen-cargo refuses it).
+    let manifest = ws.read("Cargo.toml");
+    ws.write(
+        "Cargo.toml",
+        &format!("{manifest}\n[profile.asan.package.serde_derive]\nrustflags = [\"-Zsanitizer=address\"]\n"),
+    );
+    let out = ws.cargo(&["build", "--profile", "asan"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("libserde_derive-"), "{stderr}");
+    assert!(stderr.contains("undefined symbol: __asan_option_detect_stack_use_after_return"), "{stderr}");
+}
+
+/// The functions of a binary (demangled names) whose code calls into the ASan runtime.
+fn asan_instrumented_functions(binary: &Path) -> Vec<String> {
+    let out = Command::new("objdump")
+        .args(["-d", "-C", "--no-show-raw-insn"])
+        .arg(binary)
+        .output()
+        .expect("objdump (binutils, installed with gcc) disassembles the binary");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut found = Vec::new();
+    let mut current: Option<String> = None;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(name) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")).map(|(_, n)| n) {
+            current = Some(name.to_string());
+        } else if line.contains("call") && line.contains("<__asan_") {
+            if let Some(name) = current.take() {
+                found.push(name);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn an_exempt_crates_generic_code_is_instrumented_in_its_callers() {
+    // The limit README and the generated comment state: smallvec is exempt from ASan, yet its
+    // generic code is monomorphised, and instrumented, in the crates that use it.
+    let ws = Ws::new("registry");
+    let run = ws.gen(&[]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    assert!(run.stdout.contains("limit: smallvec 1.16.6 skips asan"), "{}", run.stdout);
+    assert!(ws.read("Cargo.toml").contains("[profile.asan.package.smallvec]\nrustflags = []\n"));
+    build(&ws, &["build", "--profile", "asan"]);
+    let instrumented = asan_instrumented_functions(&ws.target_dir().join("asan/app"));
+    let smallvec: Vec<&String> =
+        instrumented.iter().filter(|f| f.trim_start_matches('<').starts_with("smallvec::")).collect();
+    eprintln!("{} smallvec functions instrumented in the binary, e.g. {:?}", smallvec.len(), smallvec.first());
+    assert!(
+        smallvec.iter().any(|f| f.contains("SmallVec<[u32; 4]>>::push")),
+        "SmallVec::push, called from app, is instrumented there: {smallvec:#?}"
+    );
 }

@@ -294,3 +294,224 @@ fn check_with_a_workspace_reports_the_same_findings() {
     assert!(run.stderr.contains("error[stale-file]"), "profiles not generated yet: {}", run.stderr);
     assert_unchanged(&before, &ws.fingerprint(), "check --workspace");
 }
+
+/// The real-world workspace of issue 11 (serde with serde_derive, smallvec, parking_lot, itoa 0.4
+/// and 1) with `hooks`, a member exporting sanitizer callbacks through `cfg_attr`.
+fn registry() -> Ws {
+    Ws::new("registry")
+}
+
+#[test]
+fn hooks_exported_through_cfg_attr_are_found_and_a_run_with_findings_writes_nothing() {
+    let ws = registry();
+    // Without its `[[crate]]` entry the hooks crate is instrumented with the ASan it implements.
+    let policy = ws.read("sanitizer-policy.toml");
+    let cut = policy.find("[[crate]]\nname = \"hooks\"").unwrap();
+    let rest = &policy[cut..];
+    let next = rest[1..].find("[[crate]]").map_or(rest.len(), |i| i + 1);
+    ws.write("sanitizer-policy.toml", &format!("{}{}", &policy[..cut], &rest[next..]));
+    let before = ws.fingerprint();
+    let run = ws.gen(&[]);
+    assert_eq!(run.code, 1, "{}", run.both());
+    // One error per crate and mechanism, at its first hook.
+    assert!(
+        run.stderr.contains(
+            "error[recursion-prone]: `hooks` defines the AddressSanitizer hook `__asan_on_error`, and profile `asan` instruments it"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("hooks/src/lib.rs:5:19"), "{}", run.stderr);
+    assert!(run.stderr.contains("error: nothing was written"), "{}", run.stderr);
+    assert!(!run.stdout.contains("written"), "{}", run.stdout);
+    assert_unchanged(&before, &ws.fingerprint(), "a run with findings");
+    // With the entry, the summary lists all three (the SanitizerCoverage one through a nested
+    // cfg_attr) and the manifest is written.
+    ws.write("sanitizer-policy.toml", &policy);
+    let stdout = ok(&ws, &[]);
+    for symbol in ["__asan_on_error", "__asan_default_options", "__sanitizer_cov_trace_pc"] {
+        assert!(stdout.contains(&format!("hook: hooks 0.1.0 defines `{symbol}`")), "{symbol}: {stdout}");
+    }
+}
+
+#[test]
+fn plain_no_mangle_hooks_left_instrumented_write_nothing() {
+    let ws = Ws::new("hooks");
+    let before = ws.fingerprint();
+    let run = ws.gen(&[]);
+    assert_eq!(run.code, 1, "{}", run.both());
+    assert!(run.stderr.contains("error[recursion-prone]: `rt` defines the AddressSanitizer hook `__asan_load1`"));
+    assert!(run.stderr.contains("error: nothing was written"), "{}", run.stderr);
+    assert_unchanged(&before, &ws.fingerprint(), "recursion-prone crate");
+}
+
+#[test]
+fn forcing_a_sanitizer_on_a_proc_macro_crate_is_refused() {
+    let ws = registry();
+    let policy = ws.read("sanitizer-policy.toml")
+        + "\n[[crate]]\nname = \"serde_derive\"\nforce = [\"asan\"]\nwhy = \"instrument the derive too\"\n";
+    ws.write("sanitizer-policy.toml", &policy);
+    let before = ws.fingerprint();
+    let run = ws.gen(&[]);
+    assert_eq!(run.code, 2, "{}", run.both());
+    assert!(
+        run.stderr
+            .contains("error[proc-macro-crate]: `serde_derive` is a proc-macro crate: rustc loads it into itself"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("undefined symbol: __asan_option_detect_stack_use_after_return"), "{}", run.stderr);
+    let line = policy.lines().position(|l| l == "force = [\"asan\"]").unwrap() + 1;
+    assert!(run.stderr.contains(&format!("sanitizer-policy.toml:{line}:10")), "{}", run.stderr);
+    assert!(run.stderr.contains("help: remove `\"asan\"` from `force`"), "{}", run.stderr);
+    assert_unchanged(&before, &ws.fingerprint(), "forcing a proc macro");
+    // sancov too; coverage's runtime is linked into the proc macro, so it loads.
+    ws.write(
+        "sanitizer-policy.toml",
+        &policy.replace("force = [\"asan\"]\nwhy", "force = [\"sancov\", \"coverage\"]\nwhy"),
+    );
+    let before = ws.fingerprint();
+    let run = ws.gen(&[]);
+    assert_eq!(run.code, 2, "{}", run.both());
+    assert_eq!(run.stderr.matches("error[proc-macro-crate]").count(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("forcing `sancov` on it"), "{}", run.stderr);
+    assert_unchanged(&before, &ws.fingerprint(), "forcing sancov on a proc macro");
+    // Skipping a proc macro is harmless (it is never instrumented anyway).
+    ws.write("sanitizer-policy.toml", &policy.replace("force = [\"asan\"]\nwhy", "skip = [\"asan\"]\nwhy"));
+    ok(&ws, &[]);
+}
+
+#[test]
+fn a_sanitizer_forced_on_a_library_alone_warns_naming_the_binary() {
+    let ws = Ws::new("sanitized");
+    let policy = "[[profile]]\nname = \"plain\"\nenable = []\n\n[[crate]]\nname = \"base\"\nforce = [\"asan\"]\nwhy = \"only base\"\n";
+    ws.write("sanitizer-policy.toml", policy);
+    let run = ws.gen(&[]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    assert!(
+        run.stderr.contains(
+            "warning[unlinked-runtime]: profile `plain` does not enable `asan`, so forcing it on `base` leaves binary `app` (package app) without the AddressSanitizer runtime"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("sanitizer-policy.toml:7:10"), "{}", run.stderr);
+    // Forced on the crate that links the binary too, or enabled by the profile: no warning.
+    for fixed in [
+        format!("{policy}\n[[crate]]\nname = \"app\"\nforce = [\"asan\"]\nwhy = \"links the runtime\"\n"),
+        policy.replace("enable = []", "enable = [\"asan\"]"),
+    ] {
+        ws.write("sanitizer-policy.toml", &fixed);
+        let run = ws.gen(&[]);
+        assert_eq!(run.code, 0, "{}", run.both());
+        assert!(!run.stderr.contains("unlinked-runtime"), "{fixed}\n{}", run.stderr);
+    }
+}
+
+#[test]
+fn exempt_crates_with_a_generic_api_are_listed_and_the_limit_is_in_the_comment() {
+    let ws = registry();
+    let stdout = ok(&ws, &[]);
+    let limit = stdout.lines().find(|l| l.starts_with("limit: ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(limit.starts_with("limit: smallvec 1.16.6 skips asan, but "), "{limit}");
+    assert!(limit.ends_with("are compiled into the crates calling them and instrumented there"), "{limit}");
+    let count: usize = limit["limit: smallvec 1.16.6 skips asan, but ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{limit}"));
+    // SmallVec<A> is generic over its array: push, insert, extend, … are all monomorphised.
+    assert!(count > 50, "{limit}");
+    // `hooks` is exempt too, but its API is not generic.
+    assert_eq!(stdout.matches("limit: ").count(), 1, "{stdout}");
+    let manifest = ws.read("Cargo.toml");
+    let note = "# smallvec 1.16.6: skip asan\n# Its generic and #[inline] code is compiled into the crates calling it, and instrumented there.\n";
+    assert!(manifest.contains(note), "{manifest}");
+}
+
+#[test]
+fn reserved_profile_names_have_their_own_code() {
+    let ws = Ws::new("sanitized");
+    for name in ["dev", "release", "test", "bench"] {
+        ws.write("sanitizer-policy.toml", &format!("[[profile]]\nname = \"{name}\"\nenable = [\"asan\"]\n"));
+        let before = ws.fingerprint();
+        let run = ws.gen(&[]);
+        assert_eq!(run.code, 2, "{}", run.both());
+        assert!(
+            run.stderr.contains(&format!(
+                "error[reserved-profile]: `{name}` is a profile Cargo defines; sanpolicy only writes custom profiles"
+            )),
+            "{}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("bad-path"), "{}", run.stderr);
+        assert_unchanged(&before, &ws.fingerprint(), name);
+    }
+}
+
+#[test]
+fn removing_the_last_profile_removes_the_generated_tables() {
+    let ws = Ws::new("sanitized");
+    // A trailing comment belongs to the table above it, not under the generated tables.
+    let original = ws.read("Cargo.toml") + "\n# about the workspace above\n";
+    ws.write("Cargo.toml", &original);
+    ok(&ws, &[]);
+    let generated = ws.read("Cargo.toml");
+    let comment = generated.find("# about the workspace above").unwrap();
+    let marker = generated.find("# sanpolicy generated profile").unwrap();
+    assert!(comment < marker, "the comment moved under the generated tables:\n{generated}");
+    only_insertions(&original, &generated);
+    // The policy keeps its crate entries but no profile: every owned table goes, and with it
+    // nothing of the user's; `cargo-features` stays (gen-cargo never removes a feature).
+    let policy = ws.read("sanitizer-policy.toml");
+    let crates = &policy[policy.find("[[crate]]").unwrap()..];
+    ws.write("sanitizer-policy.toml", crates);
+    let stdout = ok(&ws, &[]);
+    assert!(stdout.contains("Cargo.toml written"), "{stdout}");
+    assert_eq!(ws.read("Cargo.toml"), format!("cargo-features = [\"profile-rustflags\"]\n{original}"));
+    assert_eq!(ws.gen(&["--check"]).code, 0);
+}
+
+#[test]
+fn from_a_member_directory_the_policy_and_manifest_are_the_workspace_roots() {
+    let ws = registry();
+    let member = ws.read("app/Cargo.toml");
+    let run = fixture_tree::run_in(&ws.path().join("app/src"), &["gen-cargo"]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    assert!(ws.read("Cargo.toml").contains("[profile.asan.package.smallvec]"), "{}", run.both());
+    assert_eq!(ws.read("app/Cargo.toml"), member);
+    assert!(!ws.path().join("app/sanitizer-policy.toml").exists());
+    let check = fixture_tree::run_in(&ws.path().join("hooks"), &["gen-cargo", "--check"]);
+    assert_eq!(check.code, 0, "{}", check.both());
+    // `check --workspace MEMBER` reads the same policy.
+    let check = fixture_tree::run_in(ws.path(), &["check", "--workspace", "app"]);
+    assert_eq!(check.code, 0, "{}", check.both());
+    assert!(check.stderr.contains("sanitizer-policy.toml: 0 unit(s)"), "{}", check.stderr);
+}
+
+#[test]
+fn crlf_line_endings_and_a_byte_order_mark_are_kept() {
+    let ws = Ws::new("sanitized");
+    let lf = ws.read("Cargo.toml");
+    // CRLF throughout, one LF line kept as it is, a BOM, and no final newline.
+    let crlf = format!("\u{feff}{}", lf.replace('\n', "\r\n").replacen("\r\n", "\n", 1).trim_end());
+    ws.write("Cargo.toml", &crlf);
+    let before = ws.fingerprint();
+    ok(&ws, &[]);
+    let after = ws.fingerprint();
+    assert_eq!(before.differences(&after), ["Cargo.toml"]);
+    let new = String::from_utf8(after.files["Cargo.toml"].1.clone()).unwrap();
+    assert!(new.starts_with("\u{feff}cargo-features = [\"profile-rustflags\"]\r\n"), "{new:?}");
+    // Every original line is there with its own ending (the last one gains a CRLF), and every
+    // written line ends in CRLF.
+    let body = crlf.trim_start_matches('\u{feff}');
+    assert!(new.contains(&format!("{body}\r\n")), "{new:?}");
+    let lone_lf = new.match_indices('\n').filter(|(i, _)| !new[..*i].ends_with('\r')).count();
+    assert_eq!(lone_lf, 1, "{new:?}");
+    assert!(new.contains("[profile.asan]\r\ninherits = \"dev\"\r\n"), "{new:?}");
+    // Up to date on the next run, byte for byte.
+    let check = ws.gen(&["--check"]);
+    assert_eq!(check.code, 0, "{}", check.both());
+    ok(&ws, &[]);
+    assert_unchanged(&after, &ws.fingerprint(), "regenerating a CRLF manifest");
+}

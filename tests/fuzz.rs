@@ -394,6 +394,7 @@ fn unit(dir: &str, object: Option<&str>, settings: BTreeMap<MechId, Setting>, wh
         location: here,
         setting_locations: BTreeMap::new(),
         flags: BTreeMap::new(),
+        category: None,
     }
 }
 

@@ -181,8 +181,61 @@ fn header_location(path: &Path, text: &str, spanned: &Document<&str>, name: &str
     }
 }
 
-/// The manifest's new text, or why it cannot be written.
+/// The manifest's new text, or why it cannot be written. The promise is byte for byte outside
+/// the owned tables, so a UTF-8 byte order mark and CRLF line endings are kept: the text is
+/// edited with LF endings, then every line that was in the original gets its own ending back
+/// and every line written gets the file's usual one.
 pub fn update(path: &Path, text: &str, edit: &Edit) -> Result<String, Diagnostics> {
+    let (bom, body) = match text.strip_prefix('\u{feff}') {
+        Some(rest) => ("\u{feff}", rest),
+        None => ("", text),
+    };
+    if bom.is_empty() && !body.contains('\r') {
+        return update_lf(path, body, edit);
+    }
+    let lf = body.replace("\r\n", "\n");
+    // Positions in diagnostics refer to the LF text; the manifest's lines are the same lines.
+    let new = update_lf(path, &lf, edit)?;
+    Ok(format!("{bom}{}", restore_endings(body, &new)))
+}
+
+/// `new` (LF endings) with the line endings of `original` on the lines it kept, and the
+/// original's majority ending on lines that are new.
+fn restore_endings(original: &str, new: &str) -> String {
+    let old_lines: Vec<&str> = original.split_inclusive('\n').collect();
+    let crlf = old_lines.iter().filter(|l| l.ends_with("\r\n")).count();
+    let usual = if crlf * 2 > old_lines.iter().filter(|l| l.ends_with('\n')).count() { "\r\n" } else { "\n" };
+    let lf = original.replace("\r\n", "\n");
+    let mut out = String::with_capacity(new.len() + new.len() / 16);
+    let diff = similar::TextDiff::from_lines(lf.as_str(), new);
+    for op in diff.ops() {
+        for change in diff.iter_changes(op) {
+            let line = change.value();
+            let (content, ended) = match line.strip_suffix('\n') {
+                Some(c) => (c, true),
+                None => (line, false),
+            };
+            let ending = match (change.tag(), change.old_index()) {
+                (similar::ChangeTag::Equal, Some(i)) => match old_lines[i] {
+                    l if l.ends_with("\r\n") => "\r\n",
+                    l if l.ends_with('\n') => "\n",
+                    // The original's last line had no newline; now something follows it.
+                    _ => usual,
+                },
+                (similar::ChangeTag::Delete, _) => continue,
+                _ => usual,
+            };
+            out.push_str(content);
+            if ended {
+                out.push_str(ending);
+            }
+        }
+    }
+    out
+}
+
+/// [`update`] for a text with LF line endings and no byte order mark.
+fn update_lf(path: &Path, text: &str, edit: &Edit) -> Result<String, Diagnostics> {
     let mut diags = Diagnostics::default();
     let spanned = match Document::parse(text) {
         Ok(d) => d,
@@ -197,6 +250,10 @@ pub fn update(path: &Path, text: &str, edit: &Edit) -> Result<String, Diagnostic
     };
     let mut doc: DocumentMut = spanned.clone().into_mut();
     let end = max_position(doc.as_table()) + 1;
+    // Comments after the last table are the user's, about that table: the first appended
+    // profile starts after them, so they stay above the generated tables.
+    let mut trailing = Some(doc.trailing().as_str().unwrap_or("").to_string());
+    let mut appended = false;
     let root = doc.as_table_mut();
     if !root.contains_key("profile") {
         let mut t = Table::new();
@@ -214,7 +271,12 @@ pub fn update(path: &Path, text: &str, edit: &Edit) -> Result<String, Diagnostic
     for (i, p) in edit.profiles.iter().enumerate() {
         let existing = profiles.get(&p.name);
         let (position, prefix) = match existing {
-            None => (end + i as isize, if text.trim().is_empty() { String::new() } else { "\n".to_string() }),
+            None => {
+                let before = trailing.take().unwrap_or_default();
+                appended = true;
+                let separator = if text.trim().is_empty() { "" } else { "\n" };
+                (end + i as isize, format!("{before}{separator}"))
+            }
             Some(Item::Table(t)) => {
                 let loc = || header_location(path, text, &spanned, &p.name);
                 match marker_checksum(t) {
@@ -258,6 +320,7 @@ pub fn update(path: &Path, text: &str, edit: &Edit) -> Result<String, Diagnostic
         };
         profiles.insert(&p.name, Item::Table(build(p, position, &prefix, edit.policy)));
     }
+    let mut removed: Vec<Table> = Vec::new();
     if edit.remove_stale {
         let stale: Vec<String> = profiles
             .iter()
@@ -268,8 +331,16 @@ pub fn update(path: &Path, text: &str, edit: &Edit) -> Result<String, Diagnostic
             .map(|(name, _)| name.to_string())
             .collect();
         for name in stale {
-            profiles.remove(&name);
+            if let Some(Item::Table(t)) = profiles.remove(&name) {
+                removed.push(t);
+            }
         }
+    }
+    if appended {
+        doc.set_trailing("");
+    }
+    for t in &removed {
+        keep_user_prefix(&mut doc, t);
     }
     if edit.profiles.iter().any(ProfileTables::uses_rustflags) {
         add_feature(&mut doc, path, &mut diags);
@@ -278,6 +349,89 @@ pub fn update(path: &Path, text: &str, edit: &Edit) -> Result<String, Diagnostic
         return Err(diags);
     }
     Ok(doc.to_string())
+}
+
+/// A removed owned table's user text (comments the user wrote above its marker, or the trailing
+/// comments moved there when it was appended) goes to the table that followed it, or back to
+/// the end of the document; only the blank separator line sanpolicy wrote goes with the table.
+fn keep_user_prefix(doc: &mut DocumentMut, removed: &Table) {
+    let prefix = user_prefix(removed);
+    let user = match prefix.strip_suffix('\n') {
+        Some(rest) if rest.is_empty() || rest.ends_with('\n') => rest,
+        _ => prefix.as_str(),
+    };
+    if user.is_empty() {
+        return;
+    }
+    let after = max_position(removed);
+    match next_table(doc.as_table_mut(), after) {
+        Some(t) => {
+            let old = t.decor().prefix().and_then(|p| p.as_str()).unwrap_or("").to_string();
+            t.decor_mut().set_prefix(format!("{user}{old}"));
+        }
+        None => {
+            let old = doc.trailing().as_str().unwrap_or("").to_string();
+            doc.set_trailing(format!("{user}{old}"));
+        }
+    }
+}
+
+/// The first table written after `position` (a header in the text: not implicit, not dotted).
+fn next_table(root: &mut Table, position: isize) -> Option<&mut Table> {
+    let mut first = None;
+    visit_tables(root, &mut |t| {
+        let visible = header(t);
+        if let Some(p) = t.position().filter(|p| visible && *p > position) {
+            first = Some(first.map_or(p, |f: isize| f.min(p)));
+        }
+    });
+    let first = first?;
+    find_table(root, first)
+}
+
+/// Whether a table is written as a header in the text (not dotted keys, not an implicit
+/// parent without values).
+fn header(t: &Table) -> bool {
+    !(t.is_dotted() || t.is_implicit() && t.get_values().is_empty())
+}
+
+fn visit_tables(table: &Table, f: &mut dyn FnMut(&Table)) {
+    for (_, item) in table.iter() {
+        match item {
+            Item::Table(t) => {
+                f(t);
+                visit_tables(t, f);
+            }
+            Item::ArrayOfTables(a) => {
+                for t in a.iter() {
+                    f(t);
+                    visit_tables(t, f);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The visible table at `position` (positions of visible tables are distinct).
+fn find_table(table: &mut Table, position: isize) -> Option<&mut Table> {
+    for (_, item) in table.iter_mut() {
+        let tables: Vec<&mut Table> = match item {
+            Item::Table(t) => vec![t],
+            Item::ArrayOfTables(a) => a.iter_mut().collect(),
+            _ => continue,
+        };
+        for t in tables {
+            let visible = header(t);
+            if visible && t.position() == Some(position) {
+                return Some(t);
+            }
+            if let Some(found) = find_table(t, position) {
+                return Some(found);
+            }
+        }
+    }
+    None
 }
 
 /// `cargo-features = ["profile-rustflags"]`, keeping any features already listed.
@@ -360,5 +514,30 @@ mod tests {
         assert_eq!(diags.0[0].location.as_ref().map(|l| l.line), Some(3));
         let diags = update_with("profile = 1\n", &[profile(true)]).unwrap_err();
         assert_eq!(diags.0[0].code, Code::Workspace);
+    }
+
+    #[test]
+    fn trailing_comments_stay_with_their_table_and_removing_every_profile_restores_the_text() {
+        let text = "[workspace]\nmembers = [\"a\"]\n\n# about the workspace\n";
+        let new = update_with(text, &[profile(false)]).unwrap();
+        assert!(new.starts_with(text), "{new}");
+        assert!(new[text.len()..].starts_with("\n# sanpolicy generated profile `asan`"), "{new}");
+        assert_eq!(update_with(&new, &[profile(false)]).unwrap(), new);
+        assert_eq!(update_with(&new, &[]).unwrap(), text);
+        // A note written above the marker stays when the profile goes, before the next table.
+        let noted = new.replace("\n# sanpolicy generated", "\n# my note\n# sanpolicy generated") + "\n[x]\ny = 1\n";
+        let gone = update_with(&noted, &[]).unwrap();
+        assert_eq!(gone, "[workspace]\nmembers = [\"a\"]\n\n# about the workspace\n\n# my note\n\n[x]\ny = 1\n");
+    }
+
+    #[test]
+    fn crlf_and_a_byte_order_mark_are_kept() {
+        let text = "\u{feff}[workspace]\r\nmembers = [\"a\"]  # x\r\n\r\n[workspace.metadata]\nlf = 1\r\nlast = 2";
+        let new = update_with(text, &[profile(true)]).unwrap();
+        assert!(new.starts_with("\u{feff}cargo-features = [\"profile-rustflags\"]\r\n[workspace]\r\n"), "{new:?}");
+        assert!(new.contains("\r\n[workspace.metadata]\nlf = 1\r\nlast = 2\r\n"), "{new:?}");
+        let lone_lf = new.match_indices('\n').filter(|(i, _)| !new[..*i].ends_with('\r')).count();
+        assert_eq!(lone_lf, 1, "only the original LF line: {new:?}");
+        assert_eq!(update_with(&new, &[profile(true)]).unwrap(), new);
     }
 }

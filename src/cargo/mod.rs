@@ -39,8 +39,21 @@ pub struct CargoPlan {
     /// The root manifest's new text (a no-op change when up to date). `None` on bad input.
     pub change: Option<Change>,
     pub scan: Scan,
+    /// Exempt packages whose public API is compiled in the crates calling it.
+    pub generic: Vec<GenericExempt>,
     /// Bad input (exit 2), hand-edited or foreign tables, and findings of the source scan.
     pub diags: Diagnostics,
+}
+
+/// A package exempt from a rustflags mechanism whose public generic or `#[inline]` functions
+/// are compiled, and instrumented, in the crates calling them: the limit of a crate exemption.
+#[derive(Debug, Clone)]
+pub struct GenericExempt {
+    /// The `[[crate]]`'s package key (`smallvec`, `itoa@0.4.8`) and version.
+    pub key: String,
+    pub version: String,
+    pub skipped: Vec<crate::mechanism::RustMechId>,
+    pub api: scan::GenericApi,
 }
 
 /// The profiles of the policy that `options` selects.
@@ -50,16 +63,6 @@ fn selected<'a>(
     diags: &mut Diagnostics,
     policy_path: &Path,
 ) -> Vec<&'a CargoProfile> {
-    if policy.profiles.is_empty() {
-        diags.push(
-            Diagnostic::error(Code::MissingKey, "the policy declares no `[[profile]]`".to_string())
-                .at(crate::diagnostic::Location::file(policy_path))
-                .hint(
-                    "add `[[profile]]` with `name = \"asan\"` and `enable = [\"asan\"]`: the profile gen-cargo writes",
-                ),
-        );
-        return Vec::new();
-    }
     let mut seen: Vec<&CargoProfile> = Vec::new();
     for p in &policy.profiles {
         if let Some(first) = seen.iter().find(|s| s.name == p.name) {
@@ -104,11 +107,16 @@ pub fn plan(policy: &Policy, policy_path: &Path, dir: &Path, options: &Options) 
     let profiles = selected(policy, options, &mut diags, policy_path);
     let (resolved, resolve_diags) = plan::resolve(policy, &workspace);
     diags.extend(resolve_diags);
+    diags.extend(plan::proc_macro_forces(&resolved));
+    for p in &profiles {
+        diags.extend(plan::unlinked_runtimes(p, &resolved, &workspace));
+    }
     let tables: Vec<ProfileTables> = profiles.iter().map(|p| plan::tables(p, &resolved)).collect();
+    let generic = generic_exempt(&resolved);
     let mut scan = scan::scan(&workspace);
     diags.extend(std::mem::take(&mut scan.diags));
     if diags.has_bad_input() {
-        return Ok(CargoPlan { workspace, profiles: tables, change: None, scan, diags });
+        return Ok(CargoPlan { workspace, profiles: tables, change: None, scan, generic, diags });
     }
     findings(&profiles, &resolved, &scan, &mut diags);
     let old = match std::fs::read_to_string(&workspace.manifest) {
@@ -118,7 +126,7 @@ pub fn plan(policy: &Policy, policy_path: &Path, dir: &Path, options: &Options) 
                 Diagnostic::error(Code::Io, format!("cannot read `{}`: {e}", workspace.manifest.display()))
                     .hint("the workspace's root manifest must be readable"),
             );
-            return Ok(CargoPlan { workspace, profiles: tables, change: None, scan, diags });
+            return Ok(CargoPlan { workspace, profiles: tables, change: None, scan, generic, diags });
         }
     };
     let edit = manifest::Edit {
@@ -139,7 +147,29 @@ pub fn plan(policy: &Policy, policy_path: &Path, dir: &Path, options: &Options) 
             None
         }
     };
-    Ok(CargoPlan { workspace, profiles: tables, change, scan, diags })
+    Ok(CargoPlan { workspace, profiles: tables, change, scan, generic, diags })
+}
+
+/// The `[[crate]]` entries skipping a rustflags mechanism whose package has a public generic
+/// or `#[inline]` API.
+fn generic_exempt(resolved: &[Resolved]) -> Vec<GenericExempt> {
+    resolved
+        .iter()
+        .filter_map(|r| {
+            let skipped: Vec<_> = r
+                .entry
+                .settings
+                .iter()
+                .filter(|(id, s)| **s == Setting::Skip && id.uses_rustflags())
+                .map(|(id, _)| *id)
+                .collect();
+            if skipped.is_empty() {
+                return None;
+            }
+            let api = scan::generic_api(r.package)?;
+            Some(GenericExempt { key: r.key.clone(), version: r.package.version.clone(), skipped, api })
+        })
+        .collect()
 }
 
 /// Recursion-prone crates left instrumented, and item-level exemptions the policy does not

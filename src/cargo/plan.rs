@@ -11,6 +11,12 @@ use crate::policy::{CargoProfile, CrateEntry, Policy, Setting};
 /// Lets crates that disagree on a target-modifier sanitizer be linked together.
 pub const ABI_MISMATCH_FLAG: &str = "-Cunsafe-allow-abi-mismatch=sanitizer";
 
+/// What an exemption cannot reach, in the comment above every exempt package's table: generic
+/// and `#[inline]` code is compiled (monomorphised) in the crate that calls it, with that
+/// crate's flags.
+pub const GENERIC_LIMIT: &str =
+    "Its generic and #[inline] code is compiled into the crates calling it, and instrumented there.";
+
 /// A `[[crate]]` entry with the package it names.
 #[derive(Debug, Clone)]
 pub struct Resolved<'a> {
@@ -264,6 +270,9 @@ fn package_table(
         what.push(format!("force {}", names(&force)));
     }
     let mut comment = vec![format!("{} {}: {}", r.package.name, r.package.version, what.join("; "))];
+    if skip.iter().any(|id| id.uses_rustflags() && base_flags.contains(id)) {
+        comment.push(GENERIC_LIMIT.into());
+    }
     comment.extend(comment_text(&r.entry.why));
     comment.extend(r.entry.links.iter().map(|l| format!("see {l}")));
     Some(PackageTable { key: r.key.clone(), rustflags, keys, comment })
@@ -272,4 +281,96 @@ fn package_table(
 /// The crate entry (if any) of each package, by (name, version).
 pub fn entries_by_package<'a>(resolved: &[Resolved<'a>]) -> BTreeMap<(String, String), &'a CrateEntry> {
     resolved.iter().map(|r| ((r.package.name.clone(), r.package.version.clone()), r.entry)).collect()
+}
+
+/// The mechanisms a `[[crate]]` entry sets to `setting` that go through `rustflags`, with where
+/// each is written.
+fn rustflag_settings<'a>(
+    entry: &'a CrateEntry,
+    setting: Setting,
+) -> impl Iterator<Item = (RustMechId, Option<&'a crate::diagnostic::Location>)> + 'a {
+    entry
+        .settings
+        .iter()
+        .filter(move |(id, s)| **s == setting && id.uses_rustflags())
+        .map(|(id, _)| (*id, entry.setting_locations.get(id)))
+}
+
+/// Mechanisms whose runtime rustc links into the proc macro itself, so that an instrumented
+/// proc macro still loads (measured on serde_derive: `-Cinstrument-coverage` builds, while
+/// `-Zsanitizer=address` and the sancov flags fail with `undefined symbol`).
+const RUNTIME_LINKED_INTO_DYLIBS: &[&str] = &["coverage"];
+
+/// Forcing an instrumentation on a proc-macro crate: rustc loads the proc macro into itself,
+/// where no sanitizer or coverage runtime exists, so loading it fails (measured with
+/// `force = ["asan"]` on serde_derive: `undefined symbol:
+/// __asan_option_detect_stack_use_after_return`) and every crate using it fails to build.
+pub fn proc_macro_forces(resolved: &[Resolved]) -> Diagnostics {
+    let mut diags = Diagnostics::default();
+    for r in resolved.iter().filter(|r| r.package.proc_macro) {
+        for (id, at) in rustflag_settings(r.entry, Setting::Force) {
+            if RUNTIME_LINKED_INTO_DYLIBS.contains(&id.get().name) {
+                continue;
+            }
+            diags.push(
+                Diagnostic::error(
+                    Code::ProcMacroCrate,
+                    format!(
+                        "`{}` is a proc-macro crate: rustc loads it into itself, where the {} runtime is absent, so forcing `{id}` on it makes every crate using it fail to build (`undefined symbol: __asan_option_detect_stack_use_after_return` for ASan)",
+                        r.key,
+                        id.get().title
+                    ),
+                )
+                .at(at.cloned().unwrap_or_else(|| r.entry.location.clone()))
+                .hint(format!(
+                    "remove `\"{id}\"` from `force` of this `[[crate]]` entry: a proc macro runs inside the compiler and is never linked into the program"
+                )),
+            );
+        }
+    }
+    diags
+}
+
+/// A sanitizer forced on a library in a profile that does not enable it: the sanitizer's
+/// runtime is linked only into a binary whose own crate is built with the sanitizer, so every
+/// binary linking the library without it fails to link (undefined `__asan_*` references).
+pub fn unlinked_runtimes(profile: &CargoProfile, resolved: &[Resolved], workspace: &Workspace) -> Diagnostics {
+    let entries = entries_by_package(resolved);
+    let mut diags = Diagnostics::default();
+    for r in resolved.iter().filter(|r| !r.package.proc_macro) {
+        let id_of = (r.package.name.clone(), r.package.version.clone());
+        for (id, at) in rustflag_settings(r.entry, Setting::Force) {
+            if profile.enable.contains(&id) || !matches!(id.get().form, RustForm::Sanitizer { .. }) {
+                continue;
+            }
+            let broken: Vec<String> = workspace
+                .binaries
+                .iter()
+                .filter(|b| b.links.contains(&id_of))
+                .filter(|b| !effective(profile, entries.get(&b.package).copied()).contains(&id))
+                .map(|b| format!("`{}` (package {})", b.name, b.package.0))
+                .collect();
+            if broken.is_empty() {
+                continue;
+            }
+            diags.push(
+                Diagnostic::warning(
+                    Code::UnlinkedRuntime,
+                    format!(
+                        "profile `{}` does not enable `{id}`, so forcing it on `{}` leaves binary {} without the {} runtime: it fails to link (undefined `__asan_*`-style symbols) once it calls code compiled in that crate",
+                        profile.name,
+                        r.key,
+                        broken.join(", "),
+                        id.get().title
+                    ),
+                )
+                .at(at.cloned().unwrap_or_else(|| r.entry.location.clone()))
+                .hint(format!(
+                    "add `\"{id}\"` to `enable` of profile `{}` (at {}), or also force it on the crate that links the binary",
+                    profile.name, profile.location
+                )),
+            );
+        }
+    }
+    diags
 }

@@ -152,43 +152,59 @@ impl Visitor<'_> {
 }
 
 /// The symbol an item is exported as: `#[no_mangle]`, `#[unsafe(no_mangle)]`,
-/// `#[export_name = "…"]` or `#[unsafe(export_name = "…")]`.
+/// `#[export_name = "…"]` or `#[unsafe(export_name = "…")]`, also inside `cfg_attr` (nested or
+/// not): a hook exported in some configuration only is still a hook in that configuration, so
+/// every predicate counts as true.
 fn exported_name(attrs: &[Attribute], ident: &syn::Ident) -> Option<String> {
+    let mut symbol = None;
     for attr in attrs {
-        let inner;
-        let meta = match &attr.meta {
-            Meta::List(list) if list.path.is_ident("unsafe") => match list.parse_args::<Meta>() {
-                Ok(m) => {
-                    inner = m;
-                    &inner
-                }
-                Err(_) => continue,
-            },
-            other => other,
-        };
-        match meta {
-            Meta::Path(p) if p.is_ident("no_mangle") => return Some(ident.to_string()),
-            Meta::NameValue(nv) if nv.path.is_ident("export_name") => {
-                if let Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) = &nv.value {
-                    return Some(s.value());
-                }
-            }
-            _ => {}
+        flatten(&attr.meta, &mut |meta| {
+            let name = match meta {
+                Meta::Path(p) if p.is_ident("no_mangle") => Some(ident.to_string()),
+                Meta::NameValue(nv) if nv.path.is_ident("export_name") => match &nv.value {
+                    Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Some(s.value()),
+                    _ => None,
+                },
+                _ => None,
+            };
+            symbol = symbol.take().or(name);
+        });
+    }
+    symbol
+}
+
+/// The attributes `meta` stands for: itself, or what `cfg_attr(pred, a, b, …)` and
+/// `unsafe(a)` wrap, recursively.
+fn flatten(meta: &Meta, f: &mut dyn FnMut(&Meta)) {
+    let Meta::List(list) = meta else {
+        f(meta);
+        return;
+    };
+    let skip = if list.path.is_ident("cfg_attr") {
+        1
+    } else if list.path.is_ident("unsafe") {
+        0
+    } else {
+        f(meta);
+        return;
+    };
+    if let Ok(nested) = list.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated) {
+        for m in nested.iter().skip(skip) {
+            flatten(m, f);
         }
     }
-    None
 }
 
 /// Sanitizer names an attribute turns off: `sanitize(address = "off")`, `no_sanitize(address)`,
 /// also inside `cfg_attr(…, …)`.
 fn turned_off(meta: &Meta) -> Vec<String> {
+    let mut names = Vec::new();
+    flatten(meta, &mut |m| names.extend(turned_off_one(m)));
+    names
+}
+
+fn turned_off_one(meta: &Meta) -> Vec<String> {
     let Meta::List(list) = meta else { return Vec::new() };
-    if list.path.is_ident("cfg_attr") {
-        let Ok(nested) = list.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated) else {
-            return Vec::new();
-        };
-        return nested.iter().skip(1).flat_map(turned_off).collect();
-    }
     let mut names = Vec::new();
     if list.path.is_ident("sanitize") {
         let _ = list.parse_nested_meta(|m| {
@@ -252,6 +268,118 @@ impl<'ast> Visit<'ast> for Visitor<'_> {
     }
 }
 
+/// The public API of a package that is compiled where it is called, not in the package:
+/// generic functions and methods (monomorphised in the caller's crate) and `#[inline]` ones
+/// (codegen'd in every crate that uses them). Exempting the package does not exempt these.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GenericApi {
+    /// How many such functions the package's library sources declare.
+    pub functions: usize,
+    /// The first few, as `Type::method` or `function`.
+    pub examples: Vec<String>,
+}
+
+/// Scan a package's library sources (every `.rs` file beside and below its root file) for
+/// public generic and `#[inline]` functions. `None` when it has no library or none were found.
+pub fn generic_api(package: &Package) -> Option<GenericApi> {
+    let dir = package.lib_root.as_deref()?.parent()?;
+    let mut api = GenericApi::default();
+    let files = walkdir::WalkDir::new(dir).sort_by_file_name().into_iter().flatten();
+    for entry in files.filter(|e| e.file_type().is_file() && e.path().extension().is_some_and(|x| x == "rs")) {
+        let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
+        if let Ok(file) = syn::parse_file(&text) {
+            GenericVisitor { api: &mut api, impl_: None }.visit_file(&file);
+        }
+        proc_macro2::extra::invalidate_current_thread_spans();
+    }
+    (api.functions > 0).then_some(api)
+}
+
+/// Whether generics make callers compile the item: type or const parameters (lifetimes alone
+/// do not).
+fn has_type_params(g: &syn::Generics) -> bool {
+    g.params.iter().any(|p| !matches!(p, syn::GenericParam::Lifetime(_)))
+}
+
+/// `#[inline]` or `#[inline(always)]`, not `#[inline(never)]`.
+fn inline(attrs: &[Attribute]) -> bool {
+    attrs.iter().any(|a| match &a.meta {
+        Meta::Path(p) => p.is_ident("inline"),
+        Meta::List(l) => l.path.is_ident("inline") && !l.tokens.to_string().contains("never"),
+        _ => false,
+    })
+}
+
+/// A signature taking `impl Trait` is generic too.
+fn impl_trait_args(sig: &syn::Signature) -> bool {
+    sig.inputs.iter().any(|a| matches!(a, syn::FnArg::Typed(t) if matches!(*t.ty, syn::Type::ImplTrait(_))))
+}
+
+struct GenericVisitor<'a> {
+    api: &'a mut GenericApi,
+    /// The enclosing impl: its type's name, whether it is generic, whether it implements a
+    /// trait (whose methods are public through the trait).
+    impl_: Option<(String, bool, bool)>,
+}
+
+impl GenericVisitor<'_> {
+    fn found(&mut self, name: String) {
+        self.api.functions += 1;
+        if self.api.examples.len() < 3 {
+            self.api.examples.push(name);
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for GenericVisitor<'_> {
+    fn visit_item_fn(&mut self, i: &'ast syn::ItemFn) {
+        let public = matches!(i.vis, syn::Visibility::Public(_));
+        if public && (has_type_params(&i.sig.generics) || impl_trait_args(&i.sig) || inline(&i.attrs)) {
+            self.found(i.sig.ident.to_string());
+        }
+        visit::visit_item_fn(self, i);
+    }
+
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        let name = match &*i.self_ty {
+            syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+            _ => None,
+        };
+        let outer = self.impl_.replace((
+            name.unwrap_or_else(|| "impl".into()),
+            has_type_params(&i.generics),
+            i.trait_.is_some(),
+        ));
+        visit::visit_item_impl(self, i);
+        self.impl_ = outer;
+    }
+
+    fn visit_impl_item_fn(&mut self, i: &'ast syn::ImplItemFn) {
+        if let Some((ty, generic, trait_impl)) = self.impl_.clone() {
+            let public = trait_impl || matches!(i.vis, syn::Visibility::Public(_));
+            if public && (generic || has_type_params(&i.sig.generics) || impl_trait_args(&i.sig) || inline(&i.attrs)) {
+                self.found(format!("{ty}::{}", i.sig.ident));
+            }
+        }
+        visit::visit_impl_item_fn(self, i);
+    }
+
+    fn visit_item_trait(&mut self, i: &'ast syn::ItemTrait) {
+        // A provided method of a public trait is compiled for each implementing type, in the
+        // crate that calls it.
+        if matches!(i.vis, syn::Visibility::Public(_)) {
+            for item in &i.items {
+                if let syn::TraitItem::Fn(f) = item {
+                    if f.default.is_some() {
+                        self.found(format!("{}::{}", i.ident, f.sig.ident));
+                    }
+                }
+            }
+        }
+        visit::visit_item_trait(self, i);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,7 +388,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lib.rs");
         std::fs::write(&path, text).unwrap();
-        let package = Package { name: "p".into(), version: "0.1.0".into(), member: true, source_dirs: vec![] };
+        let package = Package {
+            name: "p".into(),
+            version: "0.1.0".into(),
+            member: true,
+            source_dirs: vec![],
+            proc_macro: false,
+            lib_root: None,
+        };
         let mut out = Scan::default();
         scan_file(&package, &path, &mut out);
         out
@@ -305,6 +440,36 @@ mod inner { struct S; impl S { #[no_mangle] extern "C" fn __lsan_ignore_object()
     }
 
     #[test]
+    fn hooks_exported_through_cfg_attr_are_hooks() {
+        let s = scan_text(
+            r#"
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub extern "C" fn __asan_on_error() {}
+#[cfg_attr(unix, unsafe(export_name = "__asan_default_options"))]
+extern "C" fn options() {}
+#[cfg_attr(all(), cfg_attr(unix, inline(never), no_mangle))]
+extern "C" fn __sanitizer_cov_trace_pc() {}
+#[cfg_attr(unix, export_name = "__tsan_func_entry")]
+extern "C" fn entry() {}
+#[cfg_attr(unix, inline)]
+extern "C" fn __asan_not_exported() {}
+#[cfg_attr(feature = "no_mangle", inline)]
+extern "C" fn __asan_predicate_only() {}
+"#,
+        );
+        let found: Vec<_> = s.hooks.iter().map(|h| (h.symbol.as_str(), h.location.line)).collect();
+        assert_eq!(
+            found,
+            [
+                ("__asan_on_error", 3),
+                ("__asan_default_options", 5),
+                ("__sanitizer_cov_trace_pc", 7),
+                ("__tsan_func_entry", 9)
+            ]
+        );
+    }
+
+    #[test]
     fn sanitize_attributes_are_listed_with_their_item() {
         let s = scan_text(
             r#"#![sanitize(thread = "off")]
@@ -337,6 +502,49 @@ mod arena {
                 ("arena::tagged", "hwaddress".into(), 10, 5),
             ]
         );
+    }
+
+    #[test]
+    fn public_generic_and_inline_functions_are_the_generic_api() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(
+            dir.path().join("lib.rs"),
+            r#"
+pub fn generic<T>(t: T) -> T { t }
+pub fn lifetimes<'a>(s: &'a str) -> &'a str { s }
+pub fn plain(x: u8) -> u8 { x }
+pub fn takes(f: impl Fn()) { f() }
+fn private<T>(t: T) -> T { t }
+#[inline]
+pub fn small() {}
+#[inline(never)]
+pub fn big() {}
+pub struct Vec2<T>(T);
+impl<T> Vec2<T> { pub fn push(&mut self) {} fn hidden(&self) {} }
+pub struct Plain;
+impl Plain { pub fn concrete(&self) {} #[inline(always)] pub fn fast(&self) {} }
+impl Clone for Plain { fn clone(&self) -> Plain { Plain } }
+impl<T: Clone> Clone for Vec2<T> { fn clone(&self) -> Self { Vec2(self.0.clone()) } }
+pub trait Walk { fn step(&self); fn walk(&self) { self.step() } }
+"#,
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("sub/more.rs"), "pub fn sized<const N: usize>() {}\n").unwrap();
+        let package = Package {
+            name: "g".into(),
+            version: "1.0.0".into(),
+            member: false,
+            source_dirs: vec![],
+            proc_macro: false,
+            lib_root: Some(dir.path().join("lib.rs")),
+        };
+        let api = generic_api(&package).unwrap();
+        assert_eq!(api.examples, ["generic", "takes", "small"]);
+        // generic, takes, small, Vec2::push, Plain::fast, Vec2::clone, Walk::walk, sized
+        assert_eq!(api.functions, 8);
+        let none = Package { lib_root: None, ..package };
+        assert_eq!(generic_api(&none), None);
     }
 
     #[test]

@@ -16,6 +16,21 @@ pub struct Package {
     pub member: bool,
     /// Directories holding the sources of the member's library and binary targets.
     pub source_dirs: Vec<PathBuf>,
+    /// A proc-macro crate: rustc loads it into itself, so it is never built with a sanitizer.
+    pub proc_macro: bool,
+    /// The root file of its library target (every package, dependencies included), for the
+    /// scan of its public generic API.
+    pub lib_root: Option<PathBuf>,
+}
+
+/// A binary target of a member, with every package it links.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binary {
+    /// The member defining it (name, version).
+    pub package: (String, String),
+    pub name: String,
+    /// The packages it links (normal dependencies, transitively), itself excluded.
+    pub links: std::collections::BTreeSet<(String, String)>,
 }
 
 /// A Cargo workspace: its root manifest and every package of the resolved graph.
@@ -26,6 +41,8 @@ pub struct Workspace {
     pub manifest: PathBuf,
     /// Sorted by name, then version.
     pub packages: Vec<Package>,
+    /// The members' binary targets, sorted.
+    pub binaries: Vec<Binary>,
 }
 
 /// Target kinds whose code is linked into what the profile builds (not tests, benches,
@@ -43,16 +60,43 @@ fn linked(kind: &TargetKind) -> bool {
     )
 }
 
-/// Run `cargo metadata` on the workspace containing `dir`.
-pub fn load(dir: &Path) -> Result<Workspace, Box<Diagnostic>> {
-    let manifest = dir.join("Cargo.toml");
-    if !manifest.is_file() {
-        let what = if dir.is_dir() { "has no `Cargo.toml`" } else { "is not a directory" };
+/// The root of the workspace containing `dir` (a member directory or anything below it), as
+/// Cargo finds it: `cargo locate-project --workspace`, which reads manifests but resolves nothing.
+pub fn root(dir: &Path) -> Result<PathBuf, Box<Diagnostic>> {
+    if !dir.is_dir() {
         return Err(Box::new(
-            Diagnostic::error(Code::Workspace, format!("workspace `{}` {what}", dir.display()))
+            Diagnostic::error(Code::Workspace, format!("workspace `{}` is not a directory", dir.display()))
                 .hint("pass the directory of a Cargo workspace with `--workspace DIR`"),
         ));
     }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["locate-project", "--workspace", "--message-format", "plain"])
+        .current_dir(dir)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .output();
+    let failed = |detail: String| {
+        Box::new(
+            Diagnostic::error(Code::Workspace, format!("no Cargo workspace at `{}`: {detail}", dir.display()))
+                .hint("pass the directory of a Cargo workspace (or of one of its members) with `--workspace DIR`"),
+        )
+    };
+    match out {
+        Ok(o) if o.status.success() => {
+            let manifest = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+            manifest
+                .parent()
+                .map(Path::to_path_buf)
+                .ok_or_else(|| failed("`cargo locate-project` printed no path".into()))
+        }
+        Ok(o) => Err(failed(String::from_utf8_lossy(&o.stderr).trim().to_string())),
+        Err(e) => Err(failed(format!("cannot run cargo: {e}"))),
+    }
+}
+
+/// Run `cargo metadata` on the workspace containing `dir`.
+pub fn load(dir: &Path) -> Result<Workspace, Box<Diagnostic>> {
+    let manifest = root(dir)?.join("Cargo.toml");
     let metadata = MetadataCommand::new()
         .manifest_path(&manifest)
         // Once a profile needs rustflags the manifest carries `cargo-features`, which stable
@@ -90,9 +134,72 @@ pub fn load(dir: &Path) -> Result<Workspace, Box<Diagnostic>> {
             // A directory inside another one is walked with it.
             let dirs = source_dirs.clone();
             source_dirs.retain(|d| !dirs.iter().any(|o| o != d && d.starts_with(o)));
-            Package { name: p.name.to_string(), version: p.version.to_string(), member, source_dirs }
+            let proc_macro = p.targets.iter().any(|t| t.kind.contains(&TargetKind::ProcMacro));
+            let lib_root = p
+                .targets
+                .iter()
+                .find(|t| {
+                    t.kind.iter().any(|k| matches!(k, TargetKind::Lib | TargetKind::RLib | TargetKind::ProcMacro))
+                })
+                .map(|t| t.src_path.as_std_path().to_path_buf());
+            Package {
+                name: p.name.to_string(),
+                version: p.version.to_string(),
+                member,
+                source_dirs,
+                proc_macro,
+                lib_root,
+            }
         })
         .collect();
+    let binaries = binaries(&metadata);
     let root = metadata.workspace_root.as_std_path().to_path_buf();
-    Ok(Workspace { manifest: root.join("Cargo.toml"), root, packages })
+    Ok(Workspace { manifest: root.join("Cargo.toml"), root, packages, binaries })
+}
+
+/// Every member's binary targets with the packages linked into them: the closure of normal
+/// dependencies in Cargo's resolve (build and dev dependencies are not linked into the binary).
+fn binaries(metadata: &cargo_metadata::Metadata) -> Vec<Binary> {
+    use cargo_metadata::{DependencyKind, PackageId};
+    use std::collections::{BTreeMap, BTreeSet};
+    let Some(resolve) = &metadata.resolve else { return Vec::new() };
+    let by_id: BTreeMap<&PackageId, &cargo_metadata::Package> = metadata.packages.iter().map(|p| (&p.id, p)).collect();
+    let deps: BTreeMap<&PackageId, Vec<&PackageId>> = resolve
+        .nodes
+        .iter()
+        .map(|n| {
+            let normal = n
+                .deps
+                .iter()
+                .filter(|d| d.dep_kinds.iter().any(|k| k.kind == DependencyKind::Normal))
+                .map(|d| &d.pkg)
+                .collect();
+            (&n.id, normal)
+        })
+        .collect();
+    let mut out = Vec::new();
+    for id in &metadata.workspace_members {
+        let Some(p) = by_id.get(id) else { continue };
+        let mut links = BTreeSet::new();
+        let mut todo: Vec<&PackageId> = deps.get(id).cloned().unwrap_or_default();
+        while let Some(next) = todo.pop() {
+            // A proc macro runs inside rustc; it and its dependencies are not linked.
+            if let Some(dep) =
+                by_id.get(next).filter(|d| !d.targets.iter().any(|t| t.kind.contains(&TargetKind::ProcMacro)))
+            {
+                if links.insert((dep.name.to_string(), dep.version.to_string())) {
+                    todo.extend(deps.get(next).into_iter().flatten());
+                }
+            }
+        }
+        for t in p.targets.iter().filter(|t| t.kind.contains(&TargetKind::Bin)) {
+            out.push(Binary {
+                package: (p.name.to_string(), p.version.to_string()),
+                name: t.name.clone(),
+                links: links.clone(),
+            });
+        }
+    }
+    out.sort_by(|a, b| (&a.package, &a.name).cmp(&(&b.package, &b.name)));
+    out
 }

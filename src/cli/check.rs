@@ -49,7 +49,9 @@ fn summary(policy: &crate::policy::Policy, path: &std::path::Path, diags: &crate
 pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let mut common = args.common.clone();
     if let (Some(ws), None) = (&args.workspace, &common.policy) {
-        common.policy = Some(ws.join(super::gen_cargo::POLICY_IN_WORKSPACE));
+        // Not a workspace: the policy is looked for in `ws` and `cargo metadata` says why later.
+        let policy = super::gen_cargo::default_policy(ws);
+        common.policy = Some(policy.unwrap_or_else(|_| ws.join(super::gen_cargo::POLICY_IN_WORKSPACE)));
     }
     let with_tree = args.workspace.is_none() || args.common.tree.is_some();
     let Ok(inputs) = inputs(&common, defaults, with_tree, ui) else { return EXIT_BAD_INPUT };

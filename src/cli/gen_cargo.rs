@@ -67,6 +67,19 @@ fn summary(plan: &CargoPlan, policy: &str) -> String {
         let _ =
             writeln!(out, "hook: {} {} defines `{}` ({what}) at {}", h.package.0, h.package.1, h.symbol, h.location);
     }
+    for g in &plan.generic {
+        let skipped: Vec<&str> = g.skipped.iter().map(|id| id.get().name).collect();
+        let _ = writeln!(
+            out,
+            "limit: {} {} skips {}, but {} public generic or #[inline] function(s) ({}{}) are compiled into the crates calling them and instrumented there",
+            g.key,
+            g.version,
+            skipped.join(", "),
+            g.api.functions,
+            g.api.examples.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", "),
+            if g.api.functions > g.api.examples.len() { ", …" } else { "" }
+        );
+    }
     for a in &plan.scan.attributes {
         let _ = writeln!(
             out,
@@ -81,13 +94,34 @@ fn summary(plan: &CargoPlan, policy: &str) -> String {
     out
 }
 
+fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+/// The policy beside the root manifest of the workspace containing `dir` (a member directory
+/// too), named as the user named the workspace where `dir` is the root.
+pub fn default_policy(dir: &std::path::Path) -> Result<PathBuf, Box<crate::diagnostic::Diagnostic>> {
+    let root = cargo::workspace::root(dir)?;
+    Ok(if same_dir(&root, dir) { dir.join(POLICY_IN_WORKSPACE) } else { root.join(POLICY_IN_WORKSPACE) })
+}
+
 pub fn run(args: &GenCargoArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Some(dir) = args.workspace.clone().or_else(|| defaults.tree.clone()) else {
         eprintln!("error: no workspace: pass `--workspace DIR`");
         return EXIT_BAD_INPUT;
     };
-    let policy_path = args.policy.clone().unwrap_or_else(|| dir.join(POLICY_IN_WORKSPACE));
     let mut diags = Diagnostics::default();
+    let policy_path = match &args.policy {
+        Some(p) => p.clone(),
+        None => match default_policy(&dir) {
+            Ok(p) => p,
+            Err(d) => {
+                diags.push(*d);
+                ui.report(&diags);
+                return EXIT_BAD_INPUT;
+            }
+        },
+    };
     if let Some(problem) = policy_problem(&policy_path) {
         diags.push(problem);
         ui.report(&diags);
@@ -125,6 +159,12 @@ pub fn run(args: &GenCargoArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         eprintln!("error: nothing was written");
         return EXIT_FINDINGS;
     };
+    // A finding (a recursion-prone crate left instrumented, an undocumented attribute) means
+    // the tables would build something wrong: write nothing, as for bad input.
+    if findings && !args.check {
+        eprintln!("error: nothing was written");
+        return EXIT_FINDINGS;
+    }
     let policy_name = display(&policy_path);
     if args.check {
         if !change.is_noop() {

@@ -88,6 +88,9 @@ pub struct Unit {
     /// are not the mechanism's own flag variable (x86's `CFLAGS_REMOVE_head64.o = -pg` keeps
     /// `-mfentry -mrecord-mcount`, unlike `$(CC_FLAGS_FTRACE)`). Absent: the mechanism's flags.
     pub flags: BTreeMap<MechId, String>,
+    /// The report's reason category, when the policy names it (`category = "firmware"`);
+    /// otherwise the report reads it from the reason's words.
+    pub category: Option<String>,
 }
 
 impl Unit {

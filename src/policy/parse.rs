@@ -16,7 +16,8 @@ mod layout;
 
 const TOP_KEYS: &[&str] =
     &["include", "layout", "builtin-requirements", "unit", "require", "acknowledge", "crate", "profile"];
-const UNIT_KEYS: &[&str] = &["path", "skip", "force", "flags", "why", "links", "when", "vars", "kbuild-dir"];
+const UNIT_KEYS: &[&str] =
+    &["path", "skip", "force", "flags", "why", "links", "when", "vars", "kbuild-dir", "category"];
 const REQUIRE_KEYS: &[&str] = &["path", "exempt", "except", "why", "links"];
 
 /// Read and parse the policy at `path` and the files it includes.
@@ -386,6 +387,7 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
     let force = mechanisms(cx, table, "force");
     let when = parse_when(cx, table);
     let vars = parse_vars(cx, table);
+    let category = parse_category(cx, table);
     let common = common?;
     let (settings, setting_locations) = merge_settings(cx, &common.path.text, skip, force);
     let flags = layout::parse_flags(cx, table, &settings);
@@ -414,7 +416,25 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
         location: cx.loc(common.path_span),
         setting_locations,
         flags,
+        category,
     })
+}
+
+/// `category = "…"`: the report's category for the unit's reason, one short line of words.
+fn parse_category(cx: &mut Ctx, table: &dyn TableLike) -> Option<String> {
+    let (text, span) = string(cx, table, "category")?;
+    let name = text.trim();
+    let printable = name.chars().all(|c| !c.is_control() && c != '|' && c != '`');
+    if name.is_empty() || !printable || name.chars().count() > 40 {
+        cx.error(
+            Code::BadCategory,
+            span,
+            "a category is a short name on one line".into(),
+            "write up to 40 characters without control characters, `|` or backticks, e.g. `category = \"early boot / no shadow\"`",
+        );
+        return None;
+    }
+    Some(name.to_string())
 }
 
 /// `skip` and `force` as one map; a mechanism in both (or twice) is reported where it repeats.

@@ -13,13 +13,15 @@ use crate::makefile::KbuildFile;
 use crate::mechanism::MechId;
 use crate::policy::{Policy, Setting};
 
-/// Reason categories, first match wins; matched case-insensitively against the reason.
+/// Reason categories, first match wins. A keyword matches case-insensitively at the start of a
+/// word of the reason (`recurs` matches "recursion", `efi` does not match "Makefile"); a keyword
+/// of several words matches those words in a row (`entry code`, `real-mode` = `real mode`).
 const CATEGORIES: &[(&str, &[&str])] = &[
     ("recursion", &["recurs", "runtime", "self-instrument", "deadlock", "reentr"]),
     ("noinstr / entry", &["noinstr", "entry code", "entry path"]),
-    ("early boot / no shadow", &["early", "boot", "shadow", "mmu", "real mode", "real-mode", "decompress", "relocat"]),
-    ("user space / vDSO", &["vdso", "user space", "userspace", "user-space"]),
-    ("firmware / hypervisor", &["firmware", "efi", "hypervisor", "smc", "sbi", "bios", "hyp "]),
+    ("early boot / no shadow", &["early", "boot", "shadow", "mmu", "real mode", "decompress", "relocat"]),
+    ("user space / vDSO", &["vdso", "user space", "userspace"]),
+    ("firmware / hypervisor", &["firmware", "efi", "hypervisor", "smc", "sbi", "bios", "hyp"]),
     ("coverage noise", &["coverage", "non-deterministic", "noise", "flicker", "uninteresting"]),
     ("performance", &["performance", "overhead", "build time", "slow"]),
     ("tests", &["test"]),
@@ -34,7 +36,27 @@ pub fn category(why: &str) -> &'static str {
         return NO_REASON;
     }
     let lower = why.to_lowercase();
-    CATEGORIES.iter().find(|(_, words)| words.iter().any(|w| lower.contains(w))).map_or(OTHER, |(name, _)| name)
+    let words = words(&lower);
+    CATEGORIES
+        .iter()
+        .find(|(_, keywords)| keywords.iter().any(|k| matches_words(&words, &self::words(k))))
+        .map_or(OTHER, |(name, _)| name)
+}
+
+/// A unit's category: the one its `category` key names, or the one its reason's words say.
+pub fn unit_category(unit: &crate::policy::Unit) -> String {
+    unit.category.clone().unwrap_or_else(|| category(&unit.why).to_string())
+}
+
+/// The words of a text: runs of letters and digits (`self-instrument` is two words).
+fn words(text: &str) -> Vec<&str> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect()
+}
+
+/// Whether `keyword`'s words occur in a row in `words`, the last one as the start of a word.
+fn matches_words(words: &[&str], keyword: &[&str]) -> bool {
+    let Some((last, exact)) = keyword.split_last() else { return false };
+    words.windows(keyword.len()).any(|w| w[..exact.len()] == *exact && w[exact.len()].starts_with(last))
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -42,7 +64,7 @@ pub struct Counts {
     pub objects_skipped: usize,
     pub directories_skipped: usize,
     pub forced: usize,
-    pub by_category: BTreeMap<&'static str, usize>,
+    pub by_category: BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -68,7 +90,7 @@ pub fn counts(policy: &Policy) -> BTreeMap<MechId, Counts> {
                 (Setting::Skip, false) => c.objects_skipped += 1,
             }
             if *setting == Setting::Skip {
-                *c.by_category.entry(category(&unit.why)).or_default() += 1;
+                *c.by_category.entry(unit_category(unit)).or_default() += 1;
             }
         }
     }
@@ -105,8 +127,21 @@ pub fn build(policy: &Policy, rules: &Rules, policy_name: &str) -> Report {
     }
 }
 
-fn categories_used(report: &Report) -> Vec<&'static str> {
-    let mut all: Vec<&'static str> = CATEGORIES.iter().map(|(n, _)| *n).chain([OTHER, NO_REASON]).collect();
+/// The categories in use: the built-in ones in their order, then those only the policy names,
+/// then "other" and "no reason yet".
+fn categories_used(report: &Report) -> Vec<String> {
+    let builtin: Vec<&str> = CATEGORIES.iter().map(|(n, _)| *n).collect();
+    let mut named: Vec<&String> = report
+        .per_mechanism
+        .values()
+        .flat_map(|m| m.by_category.keys())
+        .filter(|c| !builtin.contains(&c.as_str()) && *c != OTHER && *c != NO_REASON)
+        .collect();
+    named.sort();
+    named.dedup();
+    let mut all: Vec<String> = builtin.iter().map(|c| c.to_string()).collect();
+    all.extend(named.into_iter().cloned());
+    all.extend([OTHER.to_string(), NO_REASON.to_string()]);
     all.retain(|c| report.per_mechanism.values().any(|m| m.by_category.contains_key(c)));
     all
 }
@@ -205,6 +240,7 @@ pub fn to_json(report: &Report, policy: &Policy) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::diagnostic::Code;
 
     #[test]
     fn reasons_fall_into_categories() {
@@ -214,5 +250,56 @@ mod tests {
         assert_eq!(category("produce insane amounts of uninteresting coverage"), "coverage noise");
         assert_eq!(category(PLACEHOLDER_REASON), NO_REASON);
         assert_eq!(category("because"), OTHER);
+    }
+
+    #[test]
+    fn keywords_match_whole_words_not_substrings() {
+        // arch/x86/mm/physaddr.o: "Makefile" holds "efi", "latest" holds "test".
+        let physaddr = "__phys_addr is called from everywhere; the Makefile keeps it out of KASAN";
+        assert_eq!(category(physaddr), OTHER);
+        assert_eq!(category("the latest compilers inline it"), OTHER);
+        assert_eq!(category("EFI runtime services"), "recursion"); // "runtime" comes first
+        assert_eq!(category("called by EFI stubs"), "firmware / hypervisor");
+        assert_eq!(category("KVM's hyp code runs at EL2"), "firmware / hypervisor");
+        assert_eq!(category("the self-instrumentation of the tracer"), "recursion");
+        assert_eq!(category("runs in real-mode trampolines"), "early boot / no shadow");
+        assert_eq!(category("boot-time only"), "early boot / no shadow");
+        assert_eq!(category("only the tests use it"), "tests");
+    }
+
+    #[test]
+    fn an_explicit_category_wins_over_the_reasons_words() {
+        let text = r#"
+[[unit]]
+path = "arch/x86/mm/physaddr.o"
+skip = ["kasan"]
+category = "early boot / no shadow"
+why = "the Makefile keeps __phys_addr out of KASAN: it runs before the shadow is mapped"
+
+[[unit]]
+path = "arch/x86/mm/mem_encrypt_identity.o"
+skip = ["kasan"]
+category = "memory encryption"
+why = "runs with the identity map, before EFI"
+
+[[unit]]
+path = "arch/x86/platform/efi/"
+skip = ["kasan"]
+why = "called by EFI firmware"
+"#;
+        let (policy, diags) = crate::policy::parse_str(std::path::Path::new("p.toml"), text);
+        assert!(diags.is_empty(), "{diags:?}");
+        let kasan = &counts(&policy)[&MechId::by_name("kasan").unwrap()];
+        let got: Vec<(&str, usize)> = kasan.by_category.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(got, [("early boot / no shadow", 1), ("firmware / hypervisor", 1), ("memory encryption", 1)]);
+        for bad in ["\"\"", "\"a | b\"", "1"] {
+            let (_, diags) = crate::policy::parse_str(
+                std::path::Path::new("p.toml"),
+                &format!("[[unit]]\npath = \"lib/a.o\"\nskip = [\"kasan\"]\ncategory = {bad}\nwhy = \"x\"\n"),
+            );
+            let lines: Vec<_> = diags.0.iter().map(|d| (d.code, d.location.as_ref().map(|l| l.line))).collect();
+            let code = if bad == "1" { Code::WrongType } else { Code::BadCategory };
+            assert_eq!(lines, [(code, Some(4))], "{bad}");
+        }
     }
 }

@@ -140,7 +140,7 @@ fn profile_name(cx: &mut Ctx, text: &str, span: Option<Range<usize>>, custom: bo
     }
     if custom && RESERVED_PROFILES.contains(&text) {
         cx.error(
-            Code::BadPath,
+            Code::ReservedProfile,
             span,
             format!("`{text}` is a profile Cargo defines; sanpolicy only writes custom profiles"),
             format!("name the sanitized profile, e.g. `name = \"asan\"`, and keep `inherits = \"{text}\"` if you want its settings"),
