@@ -47,6 +47,11 @@ pub enum Code {
     BadReason,
     ConflictingUnits,
     Symlink,
+    UnknownSymbol,
+    IncludeCycle,
+    BadInclude,
+    BadRevision,
+    PolicyRemoved,
 }
 
 impl Code {
@@ -87,6 +92,11 @@ impl Code {
             Code::BadReason => "bad-reason",
             Code::ConflictingUnits => "conflicting-units",
             Code::Symlink => "symlink",
+            Code::UnknownSymbol => "unknown-symbol",
+            Code::IncludeCycle => "include-cycle",
+            Code::BadInclude => "bad-include",
+            Code::BadRevision => "bad-revision",
+            Code::PolicyRemoved => "policy-removed",
         }
     }
 

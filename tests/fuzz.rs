@@ -363,7 +363,7 @@ fn units() -> impl Strategy<Value = Vec<Unit>> {
     )
         .prop_map(|(object, settings, why, when)| {
             let settings: BTreeMap<MechId, Setting> = settings.into_iter().map(|(i, s)| (MechId(i), s)).collect();
-            let when = when.into_iter().filter_map(|c| Condition::parse(&c).ok().map(|c| c.text)).collect();
+            let when = when.into_iter().filter_map(|c| policy::when::validate(&c).ok().map(|w| w.text)).collect();
             unit("d", object.as_deref(), settings, &why, when)
         });
     prop::collection::vec(unit, 1..5)
@@ -390,6 +390,7 @@ fn unit(dir: &str, object: Option<&str>, settings: BTreeMap<MechId, Setting>, wh
         why_location: here.clone(),
         links: Vec::new(),
         when,
+        when_locations: Vec::new(),
         vars: BTreeMap::new(),
         location: here,
         setting_locations: BTreeMap::new(),

@@ -386,7 +386,8 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
         why_location: cx.loc(common.why_span.clone()),
         why: common.why,
         links: common.links,
-        when,
+        when: when.iter().map(|(w, _)| w.clone()).collect(),
+        when_locations: when.into_iter().map(|(_, l)| l).collect(),
         vars,
         location: cx.loc(common.path_span),
         setting_locations,
@@ -467,16 +468,34 @@ fn check_vars(cx: &mut Ctx, common: &Common, vars: &BTreeMap<String, Vec<String>
     }
 }
 
-fn parse_when(cx: &mut Ctx, table: &dyn TableLike) -> Vec<String> {
+/// The unit's conditions, each as make will read it, with where it is written.
+fn parse_when(cx: &mut Ctx, table: &dyn TableLike) -> Vec<(String, Location)> {
     let Some(item) = table.get("when") else { return Vec::new() };
     let mut out = Vec::new();
     for (cond, span) in strings_of(cx, "when", item, true) {
-        match crate::makefile::Condition::parse(&cond) {
-            Ok(c) => out.push(c.text),
-            Err(hint) => cx.error(Code::BadCondition, Some(span), format!("invalid make condition `{cond}`"), hint),
+        match super::when::validate(&cond) {
+            Ok(w) => out.push((w.text, cx.loc(Some(span)))),
+            Err(p) => {
+                let at = value_span(cx.text, &span, &cond, p.span.clone());
+                cx.error(Code::BadCondition, Some(at), format!("invalid condition `{cond}`: {}", p.message), p.hint)
+            }
         }
     }
     out
+}
+
+/// The bytes of the policy file holding bytes `inner` of the string value `value`, written at
+/// `span` (quotes included). Exact when the string is written without escapes; otherwise the
+/// whole string, since an escape makes value and source offsets differ.
+fn value_span(text: &str, span: &Range<usize>, value: &str, inner: Range<usize>) -> Range<usize> {
+    let Some(raw) = text.get(span.clone()) else { return span.clone() };
+    let quote = if raw.starts_with("\"\"\"") || raw.starts_with("'''") { 3 } else { 1 };
+    let body = raw.get(quote..raw.len().saturating_sub(quote));
+    if raw.len() >= 2 * quote && body == Some(value) && inner.end <= value.len() {
+        span.start + quote + inner.start..span.start + quote + inner.end
+    } else {
+        span.clone()
+    }
 }
 
 fn parse_vars(cx: &mut Ctx, table: &dyn TableLike) -> BTreeMap<String, Vec<String>> {
