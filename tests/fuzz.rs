@@ -27,7 +27,7 @@ use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunne
 use sanpolicy::diagnostic::{self, Sources};
 use sanpolicy::emit::{self, checksum, SpliceError};
 use sanpolicy::kbuild::Rules;
-use sanpolicy::makefile::{self, classify, Condition, DirectiveValue, KbuildFile, BEGIN_MARKER, END_MARKER};
+use sanpolicy::makefile::{self, classify, DirectiveValue, KbuildFile, BEGIN_MARKER, END_MARKER};
 use sanpolicy::mechanism::{MechId, MECHANISMS};
 use sanpolicy::policy::{self, Setting, Unit, UnitPath};
 
@@ -413,7 +413,9 @@ fn expressible(file: &KbuildFile, all: bool) -> Result<Vec<Found>, TestCaseError
         let when: Option<Vec<String>> = a
             .frames
             .iter()
-            .map(|f| (!f.in_else && Condition::parse(&f.condition.text).is_ok()).then(|| f.condition.text.clone()))
+            .map(|f| {
+                (!f.in_else && policy::when::validate(&f.condition.text).is_ok()).then(|| f.condition.text.clone())
+            })
             .collect();
         let object_ok = d.object.as_deref().is_none_or(|o| UnitPath::parse(&format!("d/{o}"), Some("d")).is_ok());
         let line = setting.and_then(|s| emit::directive_line(d.mech, d.object.as_deref(), s, builtin().naming(d.mech)));

@@ -2,6 +2,7 @@
 //! and which units must stay exempt (recursion-prone requirements).
 
 mod crates;
+mod include;
 mod parse;
 mod paths;
 pub mod when;

@@ -13,13 +13,15 @@ use crate::mechanism::{self, MechId};
 
 mod cargo;
 
+use super::include::{Includes, Resolved};
+
 const TOP_KEYS: &[&str] = &["include", "unit", "require", "crate", "profile"];
 const UNIT_KEYS: &[&str] = &["path", "skip", "force", "why", "links", "when", "vars", "kbuild-dir"];
 const REQUIRE_KEYS: &[&str] = &["path", "exempt", "except", "why", "links"];
 
 /// Read and parse the policy at `path` and the files it includes.
 pub fn load(path: &Path) -> (Policy, Diagnostics) {
-    load_with(path, &|p| std::fs::read(p))
+    load_from(path, &|p| std::fs::read(p), true)
 }
 
 /// Reads file contents for the parser: the filesystem, or another source such as a git revision.
@@ -27,9 +29,15 @@ pub type Reader<'a> = &'a dyn Fn(&Path) -> std::io::Result<Vec<u8>>;
 
 /// Like [`load`], reading the policy and its includes through `read`.
 pub fn load_with(path: &Path, read: Reader) -> (Policy, Diagnostics) {
+    load_from(path, read, false)
+}
+
+/// `fs`: the reader is the file system, so includes are checked there (symlinks, file types).
+fn load_from(path: &Path, read: Reader, fs: bool) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
-    load_into(path, &mut policy, &mut diags, 0, read);
+    let mut includes = Includes::new(path, fs);
+    load_into(path, &mut policy, &mut diags, &mut includes, read);
     check_duplicates(&policy, &mut diags);
     (policy, diags)
 }
@@ -38,15 +46,16 @@ pub fn load_with(path: &Path, read: Reader) -> (Policy, Diagnostics) {
 pub fn parse_str(path: &Path, text: &str) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
-    parse_file(path, text, &mut policy, &mut diags, 0, &|p| std::fs::read(p));
+    let mut includes = Includes::new(path, true);
+    parse_file(path, text, &mut policy, &mut diags, &mut includes, &|p| std::fs::read(p));
     check_duplicates(&policy, &mut diags);
     (policy, diags)
 }
 
-fn load_into(path: &Path, policy: &mut Policy, diags: &mut Diagnostics, depth: usize, read: Reader) {
+fn load_into(path: &Path, policy: &mut Policy, diags: &mut Diagnostics, includes: &mut Includes, read: Reader) {
     match read(path) {
         Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => parse_file(path, &text, policy, diags, depth, read),
+            Ok(text) => parse_file(path, &text, policy, diags, includes, read),
             Err(e) => diags.push(
                 Diagnostic::error(
                     Code::Io,
@@ -86,7 +95,14 @@ impl Ctx<'_> {
     }
 }
 
-fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnostics, depth: usize, read: Reader) {
+fn parse_file(
+    path: &Path,
+    text: &str,
+    policy: &mut Policy,
+    diags: &mut Diagnostics,
+    includes: &mut Includes,
+    read: Reader,
+) {
     policy.files.push((path.to_path_buf(), text.to_string()));
     let doc = match Document::parse(text) {
         Ok(doc) => doc,
@@ -115,17 +131,15 @@ fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnost
     }
     cargo::parse(&mut cx, root, policy);
     for (name, span) in string_list(&mut cx, root, "include") {
-        let target = path.parent().unwrap_or(Path::new(".")).join(&name);
-        if depth >= 8 || policy.files.iter().any(|(p, _)| *p == target) {
-            cx.error(
-                Code::BadPath,
-                Some(span),
-                format!("`{name}` is included twice or in a cycle"),
-                "include each file once",
-            );
-            continue;
+        match includes.resolve(path, &name) {
+            Resolved::Load { path: target, key } => {
+                includes.enter(key);
+                load_into(&target, policy, cx.diags, includes, read);
+                includes.leave();
+            }
+            Resolved::Parsed => {}
+            Resolved::Refused { code, message, hint } => cx.error(code, Some(span), message, hint),
         }
-        load_into(&target, policy, cx.diags, depth + 1, read);
     }
 }
 

@@ -175,11 +175,11 @@ fn forbidden_characters(text: &str) -> Result<(), Problem> {
 fn defined_symbol(text: &str, keyword: &str, at: usize, end: usize) -> Result<String, Problem> {
     let word = &text[at..end];
     let hint = format!("write `{keyword} CONFIG_X` with one Kconfig symbol");
+    if word.starts_with('$') {
+        return Err(problem(at..end, format!("`{keyword}` takes a symbol name, not a reference"), hint));
+    }
     if let Some(blank) = word.bytes().position(is_blank) {
         return Err(problem(at + blank..end, format!("`{keyword}` takes one symbol; extra text follows it"), hint));
-    }
-    if word.starts_with("$(") {
-        return Err(problem(at..end, format!("`{keyword}` takes a symbol name, not a reference"), hint));
     }
     symbol(word, at).map_err(|p| Problem { hint, ..p })?;
     Ok(word.to_string())
