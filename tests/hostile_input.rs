@@ -311,3 +311,57 @@ fn a_diamond_of_includes_is_parsed_once() {
     assert_eq!(policy.files.len(), 4, "{:?}", policy.files.iter().map(|f| &f.0).collect::<Vec<_>>());
     assert_eq!(policy.units.len(), 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// git: `diff --base`.
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The tree as a git repository with everything committed.
+fn committed(t: &Tree) {
+    git(t.path(), &["init", "-q"]);
+    git(t.path(), &["add", "-A"]);
+    git(t.path(), &["commit", "-qm", "fixture"]);
+}
+
+fn base_case(name: &'static str, base: &'static str) -> Case {
+    let arg: &'static str = Box::leak(format!("--base={base}").into_boxed_str());
+    Case::new(name, committed, vec![("bad-revision", String::new())]).commands(&[
+        &["diff", arg],
+        &["diff", arg, "--format", "json"],
+    ])
+}
+
+#[test]
+fn diff_base_is_a_revision_never_an_option() {
+    run_cases(vec![
+        base_case("the issue's --output", "--output=written-by-git"),
+        base_case("short option", "-owritten-by-git"),
+        base_case("upload-pack", "--upload-pack=touch written-by-git"),
+        base_case("a path spelled as a revision", "HEAD:--output=written-by-git"),
+        base_case("no such revision", "no-such-branch"),
+        base_case("a blob, not a commit", "HEAD:sanitizer-policy.toml"),
+    ]);
+}
+
+/// A policy added after the base revision is compared with an empty policy (issue 9 point 8).
+#[test]
+fn diff_base_without_the_policy_compares_with_nothing() {
+    let tree = Tree::new("mechanisms", V6_12);
+    let policy = fs::read(tree.join(POLICY)).unwrap();
+    fs::remove_file(tree.join(POLICY)).unwrap();
+    committed(&tree);
+    fs::write(tree.join(POLICY), policy).unwrap();
+    let out = run(tree.path(), &["diff", "--base", "HEAD", "--format", "text"]);
+    assert_eq!(out.code, 0, "{}", out.both());
+    assert!(out.stdout.contains("lib/skipall.o: KASAN on → off"), "{}", out.both());
+}
