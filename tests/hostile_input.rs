@@ -335,10 +335,8 @@ fn committed(t: &Tree) {
 
 fn base_case(name: &'static str, base: &'static str) -> Case {
     let arg: &'static str = Box::leak(format!("--base={base}").into_boxed_str());
-    Case::new(name, committed, vec![("bad-revision", String::new())]).commands(&[
-        &["diff", arg],
-        &["diff", arg, "--format", "json"],
-    ])
+    Case::new(name, committed, vec![("bad-revision", String::new())])
+        .commands(&[&["diff", arg], &["diff", arg, "--format", "json"]])
 }
 
 #[test]

@@ -100,7 +100,7 @@ pub fn diff_run(args: &DiffArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         let reader = match diff::git_reader(&rev, &inputs.policy_path) {
             Ok(r) => r,
             Err(d) => {
-                ui.report(&Diagnostics(vec![d]));
+                ui.report(&Diagnostics(vec![*d]));
                 return EXIT_BAD_INPUT;
             }
         };

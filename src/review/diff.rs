@@ -141,11 +141,13 @@ pub fn to_json(changes: &[Change]) -> Value {
 /// so a revision spelled like an option (`--output=/tmp/x`) is refused, never passed to git as
 /// one; files are then named by the commit's object id. A file the commit does not have is
 /// `NotFound`.
-pub fn git_reader(rev: &str, near: &Path) -> Result<impl Fn(&Path) -> std::io::Result<Vec<u8>>, Diagnostic> {
+pub fn git_reader(rev: &str, near: &Path) -> Result<impl Fn(&Path) -> std::io::Result<Vec<u8>>, Box<Diagnostic>> {
     let dir = near.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let git_problem = |message: String| {
-        Diagnostic::error(Code::Io, message)
-            .hint("run inside the git repository that holds the policy, or pass OLD NEW files")
+        Box::new(
+            Diagnostic::error(Code::Io, message)
+                .hint("run inside the git repository that holds the policy, or pass OLD NEW files"),
+        )
     };
     let out = Command::new("git")
         .arg("-C")
@@ -188,18 +190,20 @@ pub fn git_reader(rev: &str, near: &Path) -> Result<impl Fn(&Path) -> std::io::R
 }
 
 /// The commit `rev` names in the repository at `root`, as a full object id.
-fn resolve_commit(root: &Path, rev: &str) -> Result<String, Diagnostic> {
+fn resolve_commit(root: &Path, rev: &str) -> Result<String, Box<Diagnostic>> {
     let out = Command::new("git")
         .arg("-C")
         .arg(root)
         .args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
         .arg(format!("{rev}^{{commit}}"))
         .output()
-        .map_err(|e| Diagnostic::error(Code::Io, format!("cannot run git: {e}")))?;
+        .map_err(|e| Box::new(Diagnostic::error(Code::Io, format!("cannot run git: {e}"))))?;
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !out.status.success() || id.len() < 40 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(Diagnostic::error(Code::BadRevision, format!("`{rev}` is not a commit of this repository"))
-            .hint("pass a branch, tag or commit, e.g. `--base origin/master` or `--base HEAD~1`"));
+        return Err(Box::new(
+            Diagnostic::error(Code::BadRevision, format!("`{rev}` is not a commit of this repository"))
+                .hint("pass a branch, tag or commit, e.g. `--base origin/master` or `--base HEAD~1`"),
+        ));
     }
     Ok(id)
 }
