@@ -52,6 +52,7 @@ pub enum Code {
     BadInclude,
     BadRevision,
     PolicyRemoved,
+    DeletedKbuildFile,
 }
 
 impl Code {
@@ -97,6 +98,7 @@ impl Code {
             Code::BadInclude => "bad-include",
             Code::BadRevision => "bad-revision",
             Code::PolicyRemoved => "policy-removed",
+            Code::DeletedKbuildFile => "deleted-kbuild-file",
         }
     }
 
@@ -116,6 +118,8 @@ impl Code {
                 | Code::HandEditedBlock
                 | Code::UndocumentedAttribute
                 | Code::UnparsableSource
+                | Code::PolicyRemoved
+                | Code::DeletedKbuildFile
         )
     }
 }

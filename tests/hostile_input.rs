@@ -84,13 +84,33 @@ struct Case {
     errors: Vec<(&'static str, String)>,
     /// Text the output must not hold (a secret, a file's contents).
     never: Vec<String>,
+    /// Text the first command's output must hold.
+    says: Vec<String>,
     exit: i32,
 }
 
 impl Case {
     fn new(name: &'static str, setup: impl Fn(&Tree) + 'static, errors: Vec<(&'static str, String)>) -> Case {
         let commands = ALL.iter().map(|c| c.iter().map(|s| s.to_string()).collect()).collect();
-        Case { name, setup: Box::new(setup), commands, errors, never: vec![SECRET.to_string()], exit: 2 }
+        Case {
+            name,
+            setup: Box::new(setup),
+            commands,
+            errors,
+            never: vec![SECRET.to_string()],
+            says: Vec::new(),
+            exit: 2,
+        }
+    }
+
+    fn says(mut self, text: &str) -> Case {
+        self.says.push(text.to_string());
+        self
+    }
+
+    fn exit(mut self, code: i32) -> Case {
+        self.exit = code;
+        self
     }
 
     fn never(mut self, text: &str) -> Case {
@@ -133,8 +153,19 @@ fn run_cases(cases: Vec<Case>) {
             }
             let found = errors(&out.stderr);
             let expected: Vec<(String, String)> = case.errors.iter().map(|(c, a)| (c.to_string(), a.clone())).collect();
-            if i == 0 && found != expected {
+            // Locations match by their end: the hook names files by absolute path.
+            let matches = found.len() == expected.len()
+                && found
+                    .iter()
+                    .zip(&expected)
+                    .all(|(f, e)| f.0 == e.0 && f.1.ends_with(&e.1) && (e.1.is_empty() == f.1.is_empty()));
+            if i == 0 && !matches {
                 problems.push(format!("errors {found:?}, expected {expected:?}"));
+            }
+            for says in case.says.iter().filter(|_| i == 0) {
+                if !out.stderr.contains(says.as_str()) && !out.stdout.contains(says.as_str()) {
+                    problems.push(format!("does not say {says:?}"));
+                }
             }
             for never in &case.never {
                 if out.stdout.contains(never.as_str()) || out.stderr.contains(never.as_str()) {
@@ -362,4 +393,65 @@ fn diff_base_without_the_policy_compares_with_nothing() {
     let out = run(tree.path(), &["diff", "--base", "HEAD", "--format", "text"]);
     assert_eq!(out.code, 0, "{}", out.both());
     assert!(out.stdout.contains("lib/skipall.o: KASAN on → off"), "{}", out.both());
+}
+
+// ---------------------------------------------------------------------------------------------
+// git: the pre-commit hook reads the index exactly.
+
+const HAND: &str = "KASAN_SANITIZE_plain.o := n\n";
+
+#[test]
+fn pre_commit_sees_what_is_staged() {
+    let hook: &[&[&str]] = &[&["pre-commit"]];
+    run_cases(vec![
+        Case::new(
+            "a directory name holding a newline",
+            |t| {
+                committed(t);
+                let dir = t.join("lib/evil\ndir");
+                fs::create_dir(&dir).unwrap();
+                fs::write(dir.join("Makefile"), format!("obj-y += plain.o\n{HAND}")).unwrap();
+                git(t.path(), &["add", "-A"]);
+            },
+            vec![("conflicting-directive", "lib/evil\u{240a}dir/Makefile:2:1".into())],
+        )
+        .commands(hook)
+        .exit(1),
+        Case::new(
+            "a kbuild file holding the policy's lines deleted",
+            |t| {
+                committed(t);
+                git(t.path(), &["rm", "-q", "lib/Makefile"]);
+            },
+            vec![("deleted-kbuild-file", "lib/Makefile".into())],
+        )
+        .commands(hook)
+        .exit(1),
+        Case::new(
+            "the policy removed from the index",
+            |t| {
+                committed(t);
+                git(t.path(), &["rm", "-q", "--cached", POLICY]);
+            },
+            vec![("policy-removed", POLICY.into())],
+        )
+        .commands(hook)
+        .exit(1),
+        Case::new(
+            "positions and text come from the staged file",
+            |t| {
+                committed(t);
+                let staged = format!("{}{HAND}", t.read("lib/Makefile"));
+                t.write("lib/Makefile", staged.as_bytes());
+                git(t.path(), &["add", "lib/Makefile"]);
+                // The working tree moves on: five more lines above, the directive gone.
+                let worktree = format!("#\n#\n#\n#\n#\n{}", staged.replace(HAND, ""));
+                t.write("lib/Makefile", worktree.as_bytes());
+            },
+            vec![("conflicting-directive", "lib/Makefile:7:1".into())],
+        )
+        .says("7 │ KASAN_SANITIZE_plain.o := n")
+        .commands(hook)
+        .exit(1),
+    ]);
 }

@@ -21,6 +21,9 @@ pub struct Outcome {
     /// Staged kbuild files that differ from what the policy generates.
     pub stale: Vec<Change>,
     pub diags: Diagnostics,
+    /// The staged text of every file the diagnostics point into (the policy, kbuild files):
+    /// positions are in these, not in the working tree, so they must be rendered from them.
+    pub sources: Vec<(PathBuf, String)>,
 }
 
 fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
@@ -33,8 +36,10 @@ fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     }
 }
 
-/// One long-lived `git cat-file --batch` process answering blob requests one at a time
-/// (git flushes after each object), so the index is read once for the whole hook run.
+/// One long-lived `git cat-file --batch -Z` process answering blob requests one at a time
+/// (git flushes after each object), so the index is read once for the whole hook run. Requests
+/// and answers are NUL-terminated (git 2.43 or later): a path holding a newline is one request,
+/// not two that would shift every later answer onto the wrong file.
 struct Blobs {
     child: std::process::Child,
     stdin: std::process::ChildStdin,
@@ -46,7 +51,7 @@ impl Blobs {
         let mut child = Command::new("git")
             .arg("-C")
             .arg(repo)
-            .args(["cat-file", "--batch"])
+            .args(["cat-file", "--batch", "-Z"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -59,11 +64,13 @@ impl Blobs {
     /// `spec` is `:path` (the index) or `REV:path`; `None` when it does not exist there.
     fn get(&mut self, spec: &str) -> std::io::Result<Option<Vec<u8>>> {
         use std::io::{BufRead, Read};
-        writeln!(self.stdin, "{spec}")?;
+        self.stdin.write_all(spec.as_bytes())?;
+        self.stdin.write_all(b"\0")?;
         self.stdin.flush()?;
-        let mut header = String::new();
-        self.stdout.read_line(&mut header)?;
-        let header = header.trim_end();
+        let mut header = Vec::new();
+        self.stdout.read_until(0, &mut header)?;
+        header.pop();
+        let header = String::from_utf8_lossy(&header);
         if header.ends_with(" missing") || header.ends_with(" ambiguous") {
             return Ok(None);
         }
@@ -134,7 +141,7 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     let staged_run = Command::new("git")
         .arg("-C")
         .arg(&repo)
-        .args(["diff", "--cached", "--name-only", "-z", "--no-renames"])
+        .args(["diff", "--cached", "--name-status", "-z", "--no-renames"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -146,15 +153,24 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     if !staged_out.status.success() {
         return Err(format!("git diff --cached: {}", String::from_utf8_lossy(&staged_out.stderr).trim()));
     }
-    let staged: Vec<String> = staged_out
-        .stdout
-        .split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect();
+    let (staged, deleted) = staged_entries(&staged_out.stdout);
     let Some((policy, policy_diags)) = loaded else {
+        // A policy in HEAD but not in the index is being removed: the blocks it generated stay.
+        if let Some((head, _)) = policy_from(&blobs, &repo, "HEAD:", &policy_rel) {
+            let shown = policy_rel.display();
+            outcome.diags.push(
+                Diagnostic::error(Code::PolicyRemoved, format!("the policy `{shown}` is deleted from the index"))
+                    .at(Location::file(&policy_abs))
+                    .hint(format!(
+                        "restore it with `git restore --staged --worktree -- {shown}`; to stop using sanpolicy, \
+                         also remove the {} generated block(s) and the hook",
+                        head.directories().len()
+                    )),
+            );
+        }
         return Ok(outcome); // no policy staged or committed: nothing to keep in sync
     };
+    outcome.sources.extend(policy.files.iter().cloned());
     if policy_diags.has_errors() {
         outcome.diags.extend(policy_diags);
         return Ok(outcome);
@@ -191,7 +207,19 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
             }
             Ok(None)
         };
-        let Some((rel, staged_bytes)) = pick(":")? else { continue };
+        let Some((rel, staged_bytes)) = pick(":")? else {
+            if let Some((rel, bytes)) = pick("HEAD:")?.filter(|(r, _)| deleted.contains(r)) {
+                let head = String::from_utf8_lossy(&bytes);
+                deleted_kbuild_file(
+                    &repo.join(&rel),
+                    &rel,
+                    &head,
+                    by_dir.get(d.as_str()).map_or(0, Vec::len),
+                    &mut outcome,
+                );
+            }
+            continue;
+        };
         let head = pick("HEAD:")?.filter(|(r, _)| *r == rel).map(|(_, b)| String::from_utf8_lossy(&b).into_owned());
         let text = String::from_utf8_lossy(&staged_bytes).into_owned();
         let block = match &new_blocks {
@@ -199,8 +227,45 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
             None => by_dir.get(d.as_str()).map(|units| emit::render_block(units, rules)),
         };
         check_file(&repo, &rel, &text, head.as_deref(), &block.unwrap_or_default(), &mut outcome);
+        outcome.sources.push((repo.join(&rel), text));
     }
     Ok(outcome)
+}
+
+/// `git diff --cached --name-status -z` output: every staged path, and those deleted.
+fn staged_entries(out: &[u8]) -> (Vec<String>, BTreeSet<String>) {
+    let mut fields = out.split(|b| *b == 0).filter(|s| !s.is_empty());
+    let (mut staged, mut deleted) = (Vec::new(), BTreeSet::new());
+    while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
+        let path = String::from_utf8_lossy(path).into_owned();
+        if status.first() == Some(&b'D') {
+            deleted.insert(path.clone());
+        }
+        staged.push(path);
+    }
+    (staged, deleted)
+}
+
+/// A staged deletion of a kbuild file that holds the policy's block or directives: the commit
+/// drops exemptions without the policy saying so.
+fn deleted_kbuild_file(path: &Path, rel: &str, head: &str, units: usize, outcome: &mut Outcome) {
+    let parsed = makefile::parse(head);
+    let directives = parsed.directives().count();
+    if units == 0 && directives == 0 && parsed.block.is_none() {
+        return;
+    }
+    outcome.diags.push(
+        Diagnostic::error(
+            Code::DeletedKbuildFile,
+            format!(
+                "`{rel}` is deleted, but holds {directives} directive line(s) and the policy names {units} unit(s) there"
+            ),
+        )
+        .at(Location::file(path))
+        .hint(format!(
+            "restore it with `git restore --staged --worktree -- {rel}`, or drop the directory's units from the policy and run `sanpolicy gen-makefiles`"
+        )),
+    );
 }
 
 /// The block each directory of `policy` gets.
