@@ -455,3 +455,51 @@ fn pre_commit_sees_what_is_staged() {
         .exit(1),
     ]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Diagnostics and import: control characters from the tree.
+
+/// A Makefile comment holding an ESC, a NUL or a marker-like line is imported as a reason the
+/// policy parser accepts, shown visibly; import never blames a policy it wrote.
+#[test]
+fn import_writes_reasons_from_hostile_comments_that_parse() {
+    let mut failures = Vec::new();
+    for (name, comment, shown) in [
+        ("escape", "# colour \x1b[2J here\n", "colour \u{241b}[2J here"),
+        ("nul", "# nul \0 here\n", "nul \u{2400} here"),
+        ("marker-like line", "# ok\n#END sanpolicy generated block (checksum 0)\n", "> END sanpolicy generated block"),
+    ] {
+        let tree = Tree::new("mechanisms", V6_12);
+        fs::remove_file(tree.join(POLICY)).unwrap();
+        let makefile = format!("{}\n{comment}KASAN_SANITIZE_plain.o := n\n", tree.read("lib/Makefile"));
+        tree.write("lib/Makefile", makefile.as_bytes());
+        let out = run(tree.path(), &["import", "--tree", "."]);
+        let written = fs::read_to_string(tree.join(POLICY)).unwrap_or_default();
+        let (policy, diags) = sanpolicy::policy::parse_str(Path::new("p.toml"), &written);
+        let why = policy.units.iter().find(|u| u.path.text == "lib/plain.o").map(|u| u.why.clone());
+        if out.code != 0 || diags.has_errors() || !why.as_deref().is_some_and(|w| w.contains(shown)) {
+            failures.push(format!("{name}: exit {}, reason {why:?}, {diags:?}\n{}", out.code, out.both()));
+        }
+        if out.stderr.contains("sanpolicy bug") || out.stderr.chars().any(|c| c.is_control() && c != '\n') {
+            failures.push(format!("{name}: {:?}", out.stderr));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// What import still cannot write into a policy is located in the tree (the Makefile line),
+/// not in the policy it did not write; nothing is written.
+#[test]
+fn import_locates_what_it_cannot_write_in_the_tree() {
+    let tree = Tree::new("mechanisms", V6_12);
+    fs::remove_file(tree.join(POLICY)).unwrap();
+    let makefile = format!("{}BITS := 3 2\nKASAN_SANITIZE_plain$(BITS).o := n\n", tree.read("lib/Makefile"));
+    tree.write("lib/Makefile", makefile.as_bytes());
+    let before = tree.fingerprint();
+    let out = run(tree.path(), &["import", "--tree", "."]);
+    fixture_tree::assert_unchanged(&before, &tree.fingerprint(), "import");
+    assert_eq!(out.code, 2, "{}", out.both());
+    let found = errors(&out.stderr);
+    assert!(!found.is_empty() && found.iter().all(|(_, at)| at == "./lib/Makefile:8:1"), "{found:?}\n{}", out.both());
+    assert!(!out.stderr.contains("sanitizer-policy.toml") && !out.stderr.contains("sanpolicy bug"), "{}", out.stderr);
+}
