@@ -503,3 +503,21 @@ fn import_locates_what_it_cannot_write_in_the_tree() {
     assert!(!found.is_empty() && found.iter().all(|(_, at)| at == "./lib/Makefile:8:1"), "{found:?}\n{}", out.both());
     assert!(!out.stderr.contains("sanitizer-policy.toml") && !out.stderr.contains("sanpolicy bug"), "{}", out.stderr);
 }
+
+/// A newline in a path cannot forge a diagnostic line: it is shown as `␊`, in messages and in
+/// the location header alike.
+#[test]
+fn a_newline_in_a_path_is_shown_visibly() {
+    let tree = Tree::new("mechanisms", V6_12);
+    let evil = "evil\nerror[forged]: x.toml";
+    let text = format!("{HEALTHY}[[unit]]\npath = \"lib/plain.o\"\nskip = [\"kasn\"]\nwhy = \"x\"\n");
+    tree.write(evil, text.as_bytes());
+    for args in [vec!["check", "--policy", evil], vec!["check", "--policy", "missing\nerror[forged]: y.toml"]] {
+        let out = run(tree.path(), &args);
+        assert_eq!(out.code, 2, "{}", out.both());
+        let forged: Vec<&str> =
+            out.stderr.lines().filter(|l| l.contains("error[forged]") && l.starts_with("error[forged]")).collect();
+        assert!(forged.is_empty(), "{}", out.stderr);
+        assert!(out.stderr.contains("\u{240a}error[forged]"), "{}", out.stderr);
+    }
+}
