@@ -1639,4 +1639,3 @@ fn linux_6_12_conditions_name_defined_symbols() {
     assert!(lines[0].contains("`CONFIG_FUNCTION_TRACR` is not a Kconfig symbol"), "{}", lines[0]);
     assert!(lines[0].contains("did you mean `CONFIG_FUNCTION_TRACER`?"), "{}", lines[0]);
 }
-
