@@ -26,6 +26,7 @@ pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan, bas
     unread_mechanisms(policy, rules, &mut diags);
     placeholder_reasons(policy, &mut diags);
     if let Some(tree) = tree {
+        diags.extend(unknown_symbols(policy, tree));
         sources(policy, rules, tree, plan, &mut diags);
         unmodelled_lines(plan, rules, &mut diags);
         diags.extend(drift::findings(policy, plan, rules, base, program));
@@ -45,7 +46,7 @@ pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan, bas
 /// requirement that holds in the tree as it is but not as planned. Findings about lines already
 /// in the tree never block writing.
 pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, base: &drift::Base) -> Diagnostics {
-    let mut out = Diagnostics::default();
+    let mut out = unknown_symbols(policy, tree);
     let mut missing = Diagnostics::default();
     sources(policy, rules, tree, plan, &mut missing);
     let in_tree = |path: &str| {
@@ -78,6 +79,15 @@ pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, ba
         }
     }
     out
+}
+
+/// `when` conditions naming a Kconfig symbol the tree does not define (`CONFIG_FUNCTION_TRACR`):
+/// such a line would silently never (or always) apply. Read only when a condition names one.
+pub fn unknown_symbols(policy: &Policy, tree: &Path) -> Diagnostics {
+    if policy.units.iter().all(|u| u.when.is_empty()) {
+        return Diagnostics::default();
+    }
+    crate::policy::undefined_symbols(policy, &crate::kbuild::kconfig::defined_symbols(tree))
 }
 
 /// A requirement on an object or directory this tree does not have is listed, not judged.

@@ -55,6 +55,12 @@ pub enum Code {
     ProcMacroCrate,
     UnlinkedRuntime,
     BadCategory,
+    UnknownSymbol,
+    IncludeCycle,
+    BadInclude,
+    BadRevision,
+    PolicyRemoved,
+    DeletedKbuildFile,
 }
 
 impl Code {
@@ -103,6 +109,12 @@ impl Code {
             Code::ProcMacroCrate => "proc-macro-crate",
             Code::UnlinkedRuntime => "unlinked-runtime",
             Code::BadCategory => "bad-category",
+            Code::UnknownSymbol => "unknown-symbol",
+            Code::IncludeCycle => "include-cycle",
+            Code::BadInclude => "bad-include",
+            Code::BadRevision => "bad-revision",
+            Code::PolicyRemoved => "policy-removed",
+            Code::DeletedKbuildFile => "deleted-kbuild-file",
         }
     }
 
@@ -122,6 +134,8 @@ impl Code {
                 | Code::HandEditedBlock
                 | Code::UndocumentedAttribute
                 | Code::UnparsableSource
+                | Code::PolicyRemoved
+                | Code::DeletedKbuildFile
                 | Code::UnlinkedRuntime
                 | Code::Drift
                 | Code::StaleAcknowledgement
@@ -136,7 +150,13 @@ impl Code {
     pub fn is_drift(self) -> bool {
         matches!(
             self,
-            Code::Drift | Code::StaleFile | Code::UnmanagedDirective | Code::ConflictingDirective | Code::HandEditedBlock
+            Code::Drift
+                | Code::StaleFile
+                | Code::UnmanagedDirective
+                | Code::ConflictingDirective
+                | Code::HandEditedBlock
+                | Code::PolicyRemoved
+                | Code::DeletedKbuildFile
         )
     }
 }
@@ -407,9 +427,41 @@ impl Displayable {
     }
 }
 
-/// A message, label or note as it may be printed (see [`Displayable`]).
+/// A message, label, note or path as it may be printed (see [`Displayable`]): one line, so a
+/// newline from the input (a file name, a quoted value) is shown as `␊` too and cannot start a
+/// line that reads as a diagnostic of its own.
 fn shown(text: &str) -> String {
-    Displayable::new(text).text
+    Displayable::new(&text.replace('\n', "\u{240a}")).text
+}
+
+/// A source line longer than this is shown as a window around the span: a diagnostic quotes
+/// the offending position, never a whole file that happens to be one line (an environment
+/// block, a minified file).
+const MAX_SHOWN_LINE: usize = 200;
+/// Bytes of context kept on each side of the span in a clipped line.
+const CLIP_CONTEXT: usize = 60;
+
+/// `text` with the line holding `span` clipped to a window around it, and the span moved to
+/// match; `None` when the line is short enough to show whole.
+fn clipped(text: &str, span: Range<usize>) -> Option<(String, Range<usize>)> {
+    let start = floor_char_boundary(text, span.start.min(text.len()));
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    if line_end - line_start <= MAX_SHOWN_LINE {
+        return None;
+    }
+    // A span running over most of the line (a parser's "from here on") is shown by its start.
+    let end = span.end.clamp(start, line_end).max((start + 1).min(line_end)).min(start + CLIP_CONTEXT);
+    let end = floor_char_boundary(text, end.min(line_end));
+    let from = floor_char_boundary(text, start.saturating_sub(CLIP_CONTEXT).max(line_start));
+    let mut to = (end + CLIP_CONTEXT).min(line_end).max(end);
+    while !text.is_char_boundary(to) {
+        to += 1;
+    }
+    let (before, after) = (if from > line_start { "…" } else { "" }, if to < line_end { "…" } else { "" });
+    let out = format!("{}{before}{}{after}{}", &text[..line_start], &text[from..to], &text[line_end..]);
+    let moved = line_start + before.len() + (start - from);
+    Some((out, moved..moved + (span.end.min(end).max(start) - start)))
 }
 
 fn visible(c: char) -> Option<String> {
@@ -439,11 +491,23 @@ pub fn render(diags: &Diagnostics, sources: &mut Sources, color: bool) -> String
         .with_message(shown(&d.message));
         if let Some(loc) = d.location.as_ref().filter(|l| l.line > 0) {
             if let Some(text) = sources.get(&loc.path) {
-                let (id, display) = ids.entry(loc.path.clone()).or_insert_with(|| {
-                    let display = Displayable::new(text);
-                    (files.add(shown(&loc.path.display().to_string()), display.text.clone()), display)
-                });
-                let label = Label::primary(*id, display.span(loc.span.clone()));
+                let name = shown(&loc.path.display().to_string());
+                let (id, span) = match clipped(text, loc.span.clone()) {
+                    // A clipped line is its own file for this one diagnostic.
+                    Some((text, span)) => {
+                        let display = Displayable::new(&text);
+                        let span = display.span(span);
+                        (files.add(name, display.text), span)
+                    }
+                    None => {
+                        let (id, display) = ids.entry(loc.path.clone()).or_insert_with(|| {
+                            let display = Displayable::new(text);
+                            (files.add(name, display.text.clone()), display)
+                        });
+                        (*id, display.span(loc.span.clone()))
+                    }
+                };
+                let label = Label::primary(id, span);
                 cs = cs.with_labels(vec![match &d.label {
                     Some(l) => label.with_message(shown(l)),
                     None => label,
@@ -519,6 +583,32 @@ mod tests {
         let caret = out.lines().skip_while(|l| !l.contains("x = ")).nth(1).unwrap();
         let at = |s: &str, c: char| s.chars().position(|x| x == c).unwrap();
         assert_eq!(at(caret, '^'), at(line, '\u{240d}'), "{out}");
+    }
+
+    #[test]
+    fn names_with_newlines_cannot_forge_a_line_and_long_lines_are_clipped() {
+        let path = Path::new("evil\nerror[io]: forged.toml");
+        let text = format!("x = 1 {}SECRET{}\n", "A".repeat(300), "B".repeat(300));
+        let mut diags = Diagnostics::default();
+        diags.push(
+            Diagnostic::error(Code::TomlSyntax, "bad `a\nerror[io]: forged`")
+                .at(Location::from_span(path, &text, 6..7))
+                .hint("fix\nerror[x]: y"),
+        );
+        let mut sources = Sources::default();
+        sources.insert(path, &text);
+        let out = render(&diags, &mut sources, false);
+        assert_eq!(out.lines().filter(|l| l.starts_with("error")).count(), 1, "{out}");
+        assert!(out.contains("evil\u{240a}error[io]: forged.toml:1:7"), "{out}");
+        assert!(!out.contains("SECRET") && out.len() < 1000, "{out}");
+        let caret = out.lines().find(|l| l.contains('^')).unwrap();
+        let line = out.lines().find(|l| l.contains("x = 1 ")).unwrap();
+        assert_eq!(caret.find('^'), line.find("1 A").map(|i| i + 2), "{out}");
+        // Far into the line, the window moves with the span.
+        let far = Location::from_span(path, &text, 306..312);
+        let (clip, span) = clipped(&text, far.span).unwrap();
+        assert_eq!(&clip[span], "SECRET");
+        assert!(clip.starts_with('…') && clip.len() < 200, "{clip}");
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Fuzzing, on stable Rust with proptest, of the two readers of untrusted text: the policy
-//! parser and the kbuild file reader. Neither may panic or hang, every location they report
+//! parser and the kbuild file reader (and of the policy's `when` grammar, whose accepted
+//! conditions GNU make must run without a shell or a new variable, and of include graphs with
+//! symlinked directories, which must terminate, parse each file once and stay inside). Neither may panic or hang, every location they report
 //! must lie inside the text, and the reader's directives must survive the emitter:
 //! generate(parse(x)) reparses to the same directives, and splicing a block into `x` keeps every
 //! byte outside the block.
@@ -27,7 +29,7 @@ use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunne
 use sanpolicy::diagnostic::{self, Sources};
 use sanpolicy::emit::{self, checksum, SpliceError};
 use sanpolicy::kbuild::Rules;
-use sanpolicy::makefile::{self, classify, Condition, DirectiveValue, KbuildFile, BEGIN_MARKER, END_MARKER};
+use sanpolicy::makefile::{self, classify, DirectiveValue, KbuildFile, BEGIN_MARKER, END_MARKER};
 use sanpolicy::mechanism::{MechId, MECHANISMS};
 use sanpolicy::policy::{self, Setting, Unit, UnitPath};
 
@@ -363,7 +365,7 @@ fn units() -> impl Strategy<Value = Vec<Unit>> {
     )
         .prop_map(|(object, settings, why, when)| {
             let settings: BTreeMap<MechId, Setting> = settings.into_iter().map(|(i, s)| (MechId(i), s)).collect();
-            let when = when.into_iter().filter_map(|c| Condition::parse(&c).ok().map(|c| c.text)).collect();
+            let when = when.into_iter().filter_map(|c| policy::when::validate(&c).ok().map(|w| w.text)).collect();
             unit("d", object.as_deref(), settings, &why, when)
         });
     prop::collection::vec(unit, 1..5)
@@ -390,6 +392,7 @@ fn unit(dir: &str, object: Option<&str>, settings: BTreeMap<MechId, Setting>, wh
         why_location: here.clone(),
         links: Vec::new(),
         when,
+        when_locations: Vec::new(),
         vars: BTreeMap::new(),
         location: here,
         setting_locations: BTreeMap::new(),
@@ -414,7 +417,9 @@ fn expressible(file: &KbuildFile, all: bool) -> Result<Vec<Found>, TestCaseError
         let when: Option<Vec<String>> = a
             .frames
             .iter()
-            .map(|f| (!f.in_else && Condition::parse(&f.condition.text).is_ok()).then(|| f.condition.text.clone()))
+            .map(|f| {
+                (!f.in_else && policy::when::validate(&f.condition.text).is_ok()).then(|| f.condition.text.clone())
+            })
             .collect();
         let object_ok = d.object.as_deref().is_none_or(|o| UnitPath::parse(&format!("d/{o}"), Some("d")).is_ok());
         let line = setting.and_then(|s| emit::directive_line(d.mech, d.object.as_deref(), s, builtin().naming(d.mech)));
@@ -696,7 +701,12 @@ fn fuzz_makefile_reader() {
 #[test]
 fn corpus_replays_cleanly() {
     let mut failures = Vec::new();
-    for (target, check) in [("policy", check_policy as fn(&str) -> _), ("makefile", check_makefile)] {
+    for (target, check) in [
+        ("policy", check_policy as fn(&str) -> _),
+        ("makefile", check_makefile),
+        ("when", check_when),
+        ("includes", check_includes),
+    ] {
         let files = corpus(target);
         assert!(files.len() >= 5, "{target}: corpus too small");
         for (name, text) in files {
@@ -749,4 +759,222 @@ fn emitter_neutralises_what_the_parser_refuses() {
         assert_eq!(names, ["KASAN_SANITIZE_x.o"], "{why:?}:\n{block}");
         assert!(!block.contains('\r') && !block.contains('\u{0}'), "{block:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `when` grammar: what it accepts, GNU make runs without a shell or a new variable.
+
+/// Pieces of conditions: the grammar's own, and every make construct that runs code.
+const WHEN_PIECES: &[&str] = &[
+    "ifdef ",
+    "ifndef ",
+    "ifeq ",
+    "ifneq ",
+    "ifeq",
+    " ",
+    "\t",
+    "(",
+    ")",
+    ",",
+    "\"",
+    "'",
+    "y",
+    "n",
+    "_",
+    "yy",
+    "-",
+    "$(CONFIG_A)",
+    "$(CONFIG_B)",
+    "CONFIG_A",
+    "$(call clang-min-version, 180000)",
+    "$(call gcc-min-version,5)",
+    "$(call rustc-min-version, 1)",
+    "$(shell touch marker)",
+    "$(eval CONFIG_A := n)",
+    "$(call shell,touch marker)",
+    "$(file >marker,x)",
+    "$(value CONFIG_A)",
+    "$(origin CONFIG_A)",
+    "$(info x)",
+    "$$",
+    "$$(shell touch marker)",
+    "${shell touch marker}",
+    "$(if y,$(shell touch marker))",
+    "$(call clang-min-version,$(shell touch marker))",
+    "$(call clang-min-version, 1;touch marker)",
+    "$(CONFIG_A",
+    "$(",
+    "$",
+    "#",
+    "\\",
+    "\n",
+    "\r",
+    "\u{0}",
+    "$(call cc-option,-x)",
+    "$(CONFIG_$(CONFIG_A))",
+    "$(CONFIG_A:y=$(shell touch marker))",
+    "é",
+];
+
+fn when_input() -> impl Strategy<Value = String> {
+    let piece = proptest::sample::select(WHEN_PIECES).prop_map(str::to_string);
+    let operand = prop::collection::vec(piece.clone(), 0..4).prop_map(|p| p.concat());
+    prop_oneof![
+        // Shaped like a conditional, operands from the pieces.
+        4 => (proptest::sample::select(&["ifeq ", "ifneq "][..]), operand.clone(), operand.clone())
+            .prop_map(|(k, a, b)| format!("{k}({a},{b})")),
+        2 => (proptest::sample::select(&["ifeq ", "ifneq "][..]), operand.clone(), operand.clone())
+            .prop_map(|(k, a, b)| format!("{k}\"{a}\" '{b}'")),
+        2 => (proptest::sample::select(&["ifdef ", "ifndef "][..]), piece.clone()).prop_map(|(k, a)| format!("{k}{a}")),
+        3 => prop::collection::vec(piece, 1..8).prop_map(|p| p.concat()),
+        1 => mutated("when"),
+    ]
+}
+
+/// Helpers as pure stubs: the fuzzer asks whether the *condition* runs code, not Kbuild's helpers.
+const MAKE_PRELUDE: &str = "clang-min-version = $(if $(1),y)\ngcc-min-version = $(if $(1),y)\n\
+                            rustc-min-version = $(if $(1),y)\nCONFIG_A := y\nbefore := $(.VARIABLES)\n";
+
+fn check_when(text: &str) -> Result<(), TestCaseError> {
+    let Ok(when) = policy::when::validate(text) else { return Ok(()) };
+    // Independently of the parser: nothing but references to Kconfig symbols and the helpers.
+    let mut rest = when.text.as_str();
+    while let Some(at) = rest.find('$') {
+        rest = &rest[at..];
+        let allowed = rest.starts_with("$(CONFIG_")
+            || ["clang-min-version,", "gcc-min-version,", "rustc-min-version,"]
+                .iter()
+                .any(|h| rest.starts_with(&format!("$(call {h}")));
+        prop_assert!(allowed, "accepted {:?} with `{}`", text, rest);
+        rest = &rest[1..];
+    }
+    prop_assert!(!when.text.contains(['\n', '\r', '#', '\\']), "accepted {:?}", text);
+    prop_assert!(when.symbols().iter().all(|s| s.starts_with("CONFIG_")), "{:?}", when);
+    // GNU make reads it as a conditional, runs no shell, writes no file, defines no variable.
+    let dir = tempfile::tempdir().unwrap();
+    let makefile = format!(
+        "{MAKE_PRELUDE}{}\nRESULT := 1\nendif\nafter := $(.VARIABLES)\n\
+         $(info NEW:$(filter-out $(before) before RESULT,$(after)))\nall: ; @:\n",
+        when.text
+    );
+    std::fs::write(dir.path().join("Makefile"), &makefile).unwrap();
+    let out = std::process::Command::new("make").args(["-s", "-f", "Makefile"]).current_dir(dir.path()).output();
+    let out = out.map_err(|e| TestCaseError::fail(format!("cannot run make: {e}")))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    prop_assert!(out.status.success(), "make refused {:?}: {}", when.text, String::from_utf8_lossy(&out.stderr));
+    prop_assert_eq!(stdout.trim(), "NEW:", "make defined variables for {:?}", when.text);
+    let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    prop_assert_eq!(files.len(), 1, "make wrote files for {:?}: {:?}", when.text, files);
+    Ok(())
+}
+
+#[test]
+fn fuzz_when_grammar() {
+    fuzz("when", when_input(), check_when);
+}
+
+/// The generator reaches both sides: accepted conditions (so make is really run) and refused
+/// ones holding each code-running construct.
+#[test]
+fn when_generator_reaches_both_sides() {
+    let mut runner = TestRunner::new(Config { rng_seed: RngSeed::Fixed(11), ..Config::default() });
+    let (mut accepted, mut refused_shell) = (0, 0);
+    for _ in 0..500 {
+        let c = when_input().new_tree(&mut runner).unwrap().current();
+        match policy::when::validate(&c) {
+            Ok(_) => accepted += 1,
+            Err(_) if c.contains("shell") => refused_shell += 1,
+            Err(_) => {}
+        }
+    }
+    assert!(accepted >= 40, "only {accepted} accepted");
+    assert!(refused_shell >= 40, "only {refused_shell} refused with a shell");
+    // The check fails where it must: make would run this one.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Makefile"),
+        format!("{MAKE_PRELUDE}ifeq ($(shell touch marker),)\nendif\nall: ; @:\n"),
+    )
+    .unwrap();
+    let status = std::process::Command::new("make").args(["-s"]).current_dir(dir.path()).status().unwrap();
+    assert!(status.success() && dir.path().join("marker").exists(), "the make oracle cannot see a shell");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Includes: random include graphs with symlinked directories terminate, parse each file once,
+// and never leave the policy's directory.
+
+/// Names a file may include: the files, through symlinked directories, escapes, specials.
+const INCLUDE_NAMES: &[&str] = &[
+    "f0.toml",
+    "f1.toml",
+    "f2.toml",
+    "f3.toml",
+    "l/f0.toml",
+    "l/l/f1.toml",
+    "l/l/l/f2.toml",
+    "d/f3.toml",
+    "d/../f0.toml",
+    "up/f1.toml",
+    "../f0.toml",
+    "/etc/passwd",
+    "missing.toml",
+    "fifo",
+    "d",
+    "d/e/../../f2.toml",
+    "./f3.toml",
+    "",
+];
+
+/// A graph: one line per file `f<i>.toml`, its includes separated by `|`.
+fn includes_input() -> impl Strategy<Value = String> {
+    let names = prop::collection::vec(proptest::sample::select(INCLUDE_NAMES), 0..6).prop_map(|n| n.join("|"));
+    prop_oneof![
+        4 => prop::collection::vec(names, 1..5).prop_map(|lines| lines.join("\n")),
+        1 => mutated("includes"),
+    ]
+}
+
+fn check_includes(graph: &str) -> Result<(), TestCaseError> {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("p");
+    std::fs::create_dir_all(dir.join("d/e")).unwrap();
+    std::os::unix::fs::symlink(".", dir.join("l")).unwrap();
+    std::os::unix::fs::symlink("..", dir.join("up")).unwrap();
+    std::fs::write(root.path().join("f0.toml"), "[[unit]]\npath = \"outside/x.o\"\nskip = [\"kasan\"]\nwhy = \"x\"\n")
+        .unwrap();
+    let fifo = std::process::Command::new("mkfifo").arg(dir.join("fifo")).status().unwrap();
+    prop_assert!(fifo.success());
+    let lines: Vec<&str> = graph.lines().take(4).collect();
+    for i in 0..4 {
+        let names: Vec<String> =
+            lines.get(i).map(|l| l.split('|').map(|n| format!("{n:?}")).collect()).unwrap_or_default();
+        let unit = format!("[[unit]]\npath = \"lib/f{i}.o\"\nskip = [\"kasan\"]\nwhy = \"x\"\n");
+        std::fs::write(dir.join(format!("f{i}.toml")), format!("include = [{}]\n{unit}", names.join(", "))).unwrap();
+    }
+    let (policy, diags) = policy::load(&dir.join("f0.toml"));
+    let canonical: Vec<PathBuf> = policy.files.iter().map(|(p, _)| p.canonicalize().unwrap()).collect();
+    let mut unique = canonical.clone();
+    unique.sort();
+    unique.dedup();
+    prop_assert_eq!(
+        unique.len(),
+        canonical.len(),
+        "a file parsed twice: {:?}",
+        policy.files.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    let inside = dir.canonicalize().unwrap();
+    prop_assert!(canonical.iter().all(|p| p.starts_with(&inside)), "read outside: {:?}", canonical);
+    prop_assert!(policy.units.iter().all(|u| u.path.text.starts_with("lib/")), "a unit from outside");
+    for d in diags.iter() {
+        let Some(loc) = &d.location else { continue };
+        let known = loc.path.canonicalize().ok().is_some_and(|p| canonical.contains(&p));
+        prop_assert!(loc.line == 0 || known, "{:?}", d);
+    }
+    Ok(())
+}
+
+#[test]
+fn fuzz_includes() {
+    fuzz("includes", includes_input(), check_includes);
 }

@@ -1876,3 +1876,129 @@ fn linux_6_12_merge_and_hook() {
     }
     finish(label, scratch, &problems);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The `when` grammar against real trees (issue 10 point 1).
+
+/// Whether `line` (continuations joined) assigns an instrumentation directive, read from the
+/// mechanism table's names alone, not through sanpolicy's Makefile reader.
+fn assigns_directive(line: &str) -> bool {
+    let line = line.trim_start();
+    let name = line.split(|c: char| c.is_whitespace() || c == ':' || c == '+' || c == '?' || c == '=').next();
+    let Some(name) = name.filter(|n| !n.is_empty()) else { return false };
+    MECHANISMS.iter().any(|m| match m.form {
+        Form::Variable { var, .. } => name == var || name.strip_prefix(var).is_some_and(|r| r.starts_with('_')),
+        Form::FlagRemoval { remove_prefix, add_prefix, flags, .. } => {
+            (name.starts_with(remove_prefix) || name.starts_with(add_prefix) || name.starts_with("ccflags-remove-"))
+                && (line.contains(flags) || line.split_whitespace().any(|w| w == "-pg"))
+        }
+    })
+}
+
+/// Every conditional line of a kbuild file of `tree` that encloses a directive (in either
+/// branch), with one place it was seen. A line-based reading: `if…` opens, `else` keeps the
+/// frame, `endif` closes.
+fn conditions_around_directives(tree: &Path) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    for entry in walkdir::WalkDir::new(tree).into_iter().filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy();
+        if !entry.file_type().is_file() || !(name.starts_with("Makefile") || name.starts_with("Kbuild")) {
+            continue;
+        }
+        let Ok(bytes) = fs::read(entry.path()) else { continue };
+        let text = String::from_utf8_lossy(&bytes).replace("\\\n", " ");
+        let mut stack: Vec<String> = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let t = line.trim();
+            let word = t.split_whitespace().next().unwrap_or("");
+            match word {
+                "ifdef" | "ifndef" | "ifeq" | "ifneq" => stack.push(t.to_string()),
+                "endif" => {
+                    stack.pop();
+                }
+                _ if !stack.is_empty() && !t.starts_with('#') && assigns_directive(line) => {
+                    for c in &stack {
+                        found.entry(c.clone()).or_insert_with(|| format!("{}:{}", entry.path().display(), i + 1));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+/// The grammar accepts every condition Linux 6.1 and 6.12 put around a directive, including the
+/// helper calls (`$(call clang-min-version, 180000)`) and concatenations of references.
+#[test]
+fn linux_conditions_fit_the_when_grammar() {
+    let mut refused = Vec::new();
+    let mut all = BTreeMap::new();
+    for version in ["6.1", "6.12"] {
+        let lease = Lease::extracted(version);
+        let found = conditions_around_directives(lease.tree());
+        say(&format!("when grammar {version}: {} distinct conditions around directives", found.len()));
+        all.extend(found);
+    }
+    for (condition, at) in &all {
+        if let Err(p) = sanpolicy::policy::when::validate(condition) {
+            refused.push(format!("{at}: `{condition}`: {}", p.message));
+        }
+    }
+    // The scan sees what the issue names, so an empty or partial scan cannot pass.
+    for needed in [
+        "ifeq ($(CONFIG_COMPILE_TEST)_$(CONFIG_CC_IS_CLANG)_$(call clang-min-version, 180000),y_y_)",
+        "ifeq ($(CONFIG_CC_IS_CLANG)$(CONFIG_KASAN),yy)",
+        "ifdef CONFIG_FUNCTION_TRACER",
+        "ifeq ($(CONFIG_CC_IS_CLANG)_$(call clang-min-version, 180000),y_)",
+        "ifndef CONFIG_DYNAMIC_FTRACE",
+    ] {
+        assert!(all.contains_key(needed), "the scan missed `{needed}`: {:?}", all.keys().collect::<Vec<_>>());
+    }
+    assert!(all.len() >= 20, "only {} conditions found", all.len());
+    assert!(refused.is_empty(), "refused conditions of the real trees:\n{}", refused.join("\n"));
+}
+
+/// Every condition of 6.12's kbuild files (outside `tools/`, which Kbuild does not build) that the
+/// grammar accepts names only symbols some `Kconfig` file declares; and the check flags a
+/// misspelt one with the right suggestion.
+#[test]
+fn linux_6_12_conditions_name_defined_symbols() {
+    let lease = Lease::extracted("6.12");
+    let tree = lease.tree();
+    let started = Instant::now();
+    let defined = sanpolicy::kbuild::kconfig::defined_symbols(tree);
+    say(&format!("kconfig 6.12: {} symbols in {:.1?}", defined.len(), started.elapsed()));
+    assert!(defined.len() > 15_000, "{} symbols", defined.len());
+    let mut units = String::new();
+    let mut conditions = BTreeSet::new();
+    for entry in walkdir::WalkDir::new(tree).into_iter().filter_entry(|e| e.path() != tree.join("tools")) {
+        let entry = entry.expect("walking the tree");
+        let name = entry.file_name().to_string_lossy();
+        if !entry.file_type().is_file() || !(name.starts_with("Makefile") || name.starts_with("Kbuild")) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&fs::read(entry.path()).expect("reading")).into_owned();
+        for line in text.lines().map(str::trim) {
+            if sanpolicy::policy::when::validate(line).is_ok() {
+                conditions.insert(line.to_string());
+            }
+        }
+    }
+    for c in &conditions {
+        units.push_str(&format!(
+            "[[unit]]\npath = \"kernel/u{}.o\"\nskip = [\"kasan\"]\nwhy = \"t\"\nwhen = {c:?}\n",
+            units.len()
+        ));
+    }
+    units.push_str("[[unit]]\npath = \"kernel/misspelt.o\"\nskip = [\"kasan\"]\nwhy = \"t\"\nwhen = \"ifdef CONFIG_FUNCTION_TRACR\"\n");
+    let (policy, diags) = sanpolicy::policy::parse_str(Path::new("p.toml"), &units);
+    assert!(!diags.has_errors(), "{:?}", diags.iter().map(|d| d.one_line()).collect::<Vec<_>>());
+    assert!(conditions.len() > 400, "only {} conditions", conditions.len());
+    let unknown = sanpolicy::policy::when::undefined_symbols(&policy, &defined);
+    let lines: Vec<String> =
+        unknown.iter().map(|d| format!("{} ({})", d.one_line(), d.hint.as_deref().unwrap_or(""))).collect();
+    assert_eq!(lines.len(), 1, "{}", lines.join("\n"));
+    assert!(lines[0].contains("`CONFIG_FUNCTION_TRACR` is not a Kconfig symbol"), "{}", lines[0]);
+    assert!(lines[0].contains("did you mean `CONFIG_FUNCTION_TRACER`?"), "{}", lines[0]);
+}

@@ -20,6 +20,10 @@ pub fn pre_commit_run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8
             return EXIT_BAD_INPUT;
         }
     };
+    // Diagnostics point into the staged text, which the working tree may not hold.
+    for (path, text) in &outcome.sources {
+        ui.sources.insert(path, text);
+    }
     for c in &outcome.stale {
         out!("{}", c.diff());
     }

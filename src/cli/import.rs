@@ -57,9 +57,9 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let text = import::policy_toml(&scan.units, IMPORT_HEADER, layout);
     let (policy, diags) = policy::parse_str(&out, &text);
     if diags.has_errors() {
-        ui.sources.insert(&out, &text);
-        ui.report(&diags);
-        eprintln!("error: the imported policy does not validate (a sanpolicy bug); nothing was written");
+        // Located in the tree: the policy was never written, so it is not the user's to fix.
+        ui.report(&import::in_tree(&scan, &text, &diags));
+        eprintln!("error: the tree holds directives a policy cannot record (see above); nothing was written");
         return EXIT_BAD_INPUT;
     }
     let mut changes = Vec::new();

@@ -121,17 +121,20 @@ pub fn diff_run(args: &DiffArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         let rev = args.base.clone().unwrap_or_else(|| "HEAD".into());
         let reader = match diff::git_reader(&rev, &inputs.policy_path) {
             Ok(r) => r,
-            Err(e) => {
-                ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, e)
-                    .hint("run inside the git repository that holds the policy, or pass OLD NEW files")]));
+            Err(d) => {
+                ui.report(&Diagnostics(vec![*d]));
                 return EXIT_BAD_INPUT;
             }
         };
-        let (old_policy, diags) = policy::load_with(&inputs.policy_path, &reader);
+        // A policy added since `rev` is compared with an empty one: everything it does is new.
+        let absent = reader(&inputs.policy_path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        let (old_policy, diags) =
+            if absent { Default::default() } else { policy::load_with(&inputs.policy_path, &reader) };
         if report_bad(&diags, ui) {
             return EXIT_BAD_INPUT;
         }
-        let title = format!("`{}` since {rev}", display(&inputs.policy_path));
+        let since = if absent { format!("{rev} (where it did not exist)") } else { rev.clone() };
+        let title = format!("`{}` since {since}", display(&inputs.policy_path));
         (old_policy, inputs, title)
     };
     let changes = diff::diff(&old, &new.policy, &new.rules);

@@ -53,6 +53,41 @@ pub(crate) fn comment_lines(out: &mut String, text: &str) {
     }
 }
 
+/// The line a condition is written as. Policy text never becomes make code: a condition that
+/// is not in the `when` grammar ([`crate::policy::when::validate`], which the parser applies) is
+/// never written. Reaching here with one is a bug of the caller (a debug build stops); a release
+/// build writes a line that stops make with an error and a test that is never true, so the
+/// block stays balanced and nothing of the condition runs.
+fn condition_line(condition: &str) -> String {
+    match crate::policy::when::validate(condition) {
+        Ok(w) => w.text,
+        Err(p) => {
+            debug_assert!(false, "condition {condition:?} reached the emitter unvalidated: {}", p.message);
+            "$(error sanpolicy refused a condition that is not in its grammar: run `sanpolicy check`)\nifeq (sanpolicy,refused)"
+                .to_string()
+        }
+    }
+}
+
+/// Every condition of `units` that the emitter refuses to write, as `bad-condition` errors at
+/// the unit: callers that build units without the policy parser check with this first.
+pub fn condition_problems(units: &[&Unit]) -> crate::diagnostic::Diagnostics {
+    use crate::diagnostic::{Code, Diagnostic};
+    let mut diags = crate::diagnostic::Diagnostics::default();
+    for unit in units {
+        for condition in &unit.when {
+            if let Err(p) = crate::policy::when::validate(condition) {
+                diags.push(
+                    Diagnostic::error(Code::BadCondition, format!("invalid condition `{condition}`: {}", p.message))
+                        .at(unit.location.clone())
+                        .hint(p.hint),
+                );
+            }
+        }
+    }
+    diags
+}
+
 /// The body (between the markers) for the units of one directory, in policy order. Adjacent
 /// units with the same reason, links and conditions share one comment and one conditional.
 fn render_body(units: &[&Unit], rules: &Rules) -> String {
@@ -70,7 +105,7 @@ fn render_body(units: &[&Unit], rules: &Rules) -> String {
                 comment_lines(&mut out, &format!("see: {link}"));
             }
             for condition in &unit.when {
-                out.push_str(condition);
+                out.push_str(&condition_line(condition));
                 out.push('\n');
             }
         }

@@ -4,7 +4,7 @@
 mod block;
 pub mod inplace;
 
-pub use block::{checksum, comment_problem, render_block, render_fragment, splice, SpliceError};
+pub use block::{checksum, comment_problem, condition_problems, render_block, render_fragment, splice, SpliceError};
 
 use crate::kbuild::Naming;
 use crate::mechanism::{Form, MechId};

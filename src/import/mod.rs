@@ -3,11 +3,13 @@
 //! reason; what the policy cannot represent is reported with file:line and left alone.
 
 mod adopt;
+mod locate;
 mod scan;
 pub mod sync;
 mod write;
 
 pub use adopt::adopt;
+pub use locate::in_tree;
 pub use scan::{scan, ImportedUnit, Scan, Taken};
 pub use write::policy_toml;
 

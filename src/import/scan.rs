@@ -170,6 +170,11 @@ fn representable(tree: &Path, path: &Path, _parsed: &KbuildFile, a: &Assignment,
     if let Some(why) = crate::makefile::unmodelled(a, d) {
         return Err(why);
     }
+    // A policy's `when` is a grammar over Kconfig symbols; what is outside it stays in the tree.
+    let refused = a.frames.iter().find_map(|f| crate::policy::when::validate(&f.condition.text).err().map(|p| (f, p)));
+    if let Some((f, p)) = refused {
+        return Err(format!("condition `{}` is outside the policy's `when` grammar: {}", f.condition.text, p.message));
+    }
     let dir = rel(tree, dir);
     let path_text = d.object.as_ref().map_or(format!("{dir}/"), |o| format!("{dir}/{o}"));
     if let Err((why, _)) = crate::policy::UnitPath::parse(&path_text, None) {

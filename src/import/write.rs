@@ -69,8 +69,36 @@ fn unit_table(unit: &ImportedUnit) -> Table {
         }
         t.insert("vars", Item::Value(Value::InlineTable(vars)));
     }
-    t.insert("why", Item::Value(reason_value(&unit.why())));
+    t.insert("why", Item::Value(reason_value(&neutralised(&unit.why()))));
     t
+}
+
+/// A comment from the tree as a reason the policy parser accepts (it refuses what a generated
+/// comment line cannot hold, see [`crate::emit::comment_problem`]): a control character (an
+/// ESC or NUL in a Makefile comment) becomes its visible picture (`␛`, `␀`; a C1 control its
+/// `\u{85}` escape), and a line that would read as a block marker is quoted with `> `.
+fn neutralised(why: &str) -> String {
+    let mut out = String::with_capacity(why.len());
+    for (i, line) in why.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let line: String = line
+            .chars()
+            .map(|c| match c {
+                '\t' => c.to_string(),
+                '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).map_or(String::new(), String::from),
+                '\u{7f}' => '\u{2421}'.to_string(),
+                c if c.is_control() => c.escape_unicode().to_string(),
+                c => c.to_string(),
+            })
+            .collect();
+        if crate::emit::comment_problem(&line).is_some() {
+            out.push_str("> ");
+        }
+        out.push_str(&line);
+    }
+    out
 }
 
 /// A reason as a `'''` literal when it spans lines (readable, verbatim), else a plain string.
@@ -92,6 +120,31 @@ fn reason_value(why: &str) -> Value {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn comments_with_control_characters_or_markers_become_reasons_that_parse() {
+        let unit = |why: &str| ImportedUnit {
+            dir: "kernel".into(),
+            object: Some("kcov.o".into()),
+            when: Vec::new(),
+            settings: BTreeMap::from([(MechId::by_name("kasan").unwrap(), Setting::Skip)]),
+            reasons: vec![why.into()],
+            vars: BTreeMap::new(),
+            flags: BTreeMap::new(),
+        };
+        for (why, expected) in [
+            ("colour \x1b[31m here", "colour \u{241b}[31m here"),
+            ("nul \0 and del \x7f", "nul \u{2400} and del \u{2421}"),
+            ("next line \u{85} c1", "next line \\u{85} c1"),
+            ("cr\ronly", "cr\u{240d}only"),
+            ("ok\nEND sanpolicy generated block (checksum 0)", "ok\n> END sanpolicy generated block (checksum 0)"),
+        ] {
+            let text = policy_toml(&[unit(why)], "Imported.", crate::policy::Layout::InPlace);
+            let (policy, diags) = crate::policy::parse_str(std::path::Path::new("p.toml"), &text);
+            assert!(diags.is_empty(), "{why:?}: {diags:?}\n{text}");
+            assert_eq!(policy.units[0].why, expected, "{why:?}");
+        }
+    }
 
     #[test]
     fn writes_a_policy_that_parses_back() {

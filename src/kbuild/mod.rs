@@ -3,6 +3,7 @@
 
 pub mod configs;
 pub mod eval;
+pub mod kconfig;
 pub mod resolve;
 pub mod rules;
 

@@ -2,12 +2,15 @@
 //! and which units must stay exempt (recursion-prone requirements).
 
 mod crates;
+mod include;
 mod parse;
 mod paths;
+pub mod when;
 
 pub use crates::{CargoProfile, CrateEntry, CrateSpec, RESERVED_PROFILES};
 pub use parse::{load, load_with, parse_str, Reader};
 pub use paths::{expand_variants, make_variables, UnitPath};
+pub use when::{undefined_symbols, validate, When};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -78,6 +81,8 @@ pub struct Unit {
     pub links: Vec<String>,
     /// Make conditionals the lines are wrapped in, outermost first (`ifdef CONFIG_X`).
     pub when: Vec<String>,
+    /// Where each of `when` is written (empty for units not read from a policy file).
+    pub when_locations: Vec<Location>,
     /// Values to try for each make variable used in the object name (`BITS = ["32", "64"]`).
     pub vars: BTreeMap<String, Vec<String>>,
     /// Where `path = …` is written.

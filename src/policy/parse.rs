@@ -14,6 +14,8 @@ use crate::mechanism::{self, MechId};
 mod cargo;
 mod layout;
 
+use super::include::{Includes, Resolved};
+
 const TOP_KEYS: &[&str] =
     &["include", "layout", "builtin-requirements", "unit", "require", "acknowledge", "crate", "profile"];
 const UNIT_KEYS: &[&str] =
@@ -22,7 +24,7 @@ const REQUIRE_KEYS: &[&str] = &["path", "exempt", "except", "why", "links"];
 
 /// Read and parse the policy at `path` and the files it includes.
 pub fn load(path: &Path) -> (Policy, Diagnostics) {
-    load_with(path, &|p| std::fs::read(p))
+    load_from(path, &|p| std::fs::read(p), true)
 }
 
 /// Reads file contents for the parser: the filesystem, or another source such as a git revision.
@@ -30,9 +32,15 @@ pub type Reader<'a> = &'a dyn Fn(&Path) -> std::io::Result<Vec<u8>>;
 
 /// Like [`load`], reading the policy and its includes through `read`.
 pub fn load_with(path: &Path, read: Reader) -> (Policy, Diagnostics) {
+    load_from(path, read, false)
+}
+
+/// `fs`: the reader is the file system, so includes are checked there (symlinks, file types).
+fn load_from(path: &Path, read: Reader, fs: bool) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
-    load_into(path, &mut policy, &mut diags, 0, read);
+    let mut includes = Includes::new(path, fs);
+    load_into(path, &mut policy, &mut diags, &mut includes, read);
     add_builtin_requirements(&mut policy, &mut diags);
     check_duplicates(&policy, &mut diags);
     (policy, diags)
@@ -46,7 +54,8 @@ fn add_builtin_requirements(policy: &mut Policy, diags: &mut Diagnostics) {
     }
     let mut builtin = Policy::default();
     let name = Path::new(super::BUILTIN_REQUIREMENTS_NAME);
-    parse_file(name, super::BUILTIN_REQUIREMENTS, &mut builtin, diags, 1, &|_| {
+    let mut includes = Includes::new(name, false);
+    parse_file(name, super::BUILTIN_REQUIREMENTS, &mut builtin, diags, &mut includes, &|_| {
         Err(std::io::Error::other("the built-in requirements include nothing"))
     });
     let key = |r: &Requirement| (r.path.text.clone(), r.exempt.iter().map(|(id, _)| *id).collect::<Vec<_>>());
@@ -59,16 +68,17 @@ fn add_builtin_requirements(policy: &mut Policy, diags: &mut Diagnostics) {
 pub fn parse_str(path: &Path, text: &str) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
-    parse_file(path, text, &mut policy, &mut diags, 0, &|p| std::fs::read(p));
+    let mut includes = Includes::new(path, true);
+    parse_file(path, text, &mut policy, &mut diags, &mut includes, &|p| std::fs::read(p));
     add_builtin_requirements(&mut policy, &mut diags);
     check_duplicates(&policy, &mut diags);
     (policy, diags)
 }
 
-fn load_into(path: &Path, policy: &mut Policy, diags: &mut Diagnostics, depth: usize, read: Reader) {
+fn load_into(path: &Path, policy: &mut Policy, diags: &mut Diagnostics, includes: &mut Includes, read: Reader) {
     match read(path) {
         Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => parse_file(path, &text, policy, diags, depth, read),
+            Ok(text) => parse_file(path, &text, policy, diags, includes, read),
             Err(e) => diags.push(
                 Diagnostic::error(
                     Code::Io,
@@ -108,8 +118,17 @@ impl Ctx<'_> {
     }
 }
 
-fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnostics, depth: usize, read: Reader) {
+fn parse_file(
+    path: &Path,
+    text: &str,
+    policy: &mut Policy,
+    diags: &mut Diagnostics,
+    includes: &mut Includes,
+    read: Reader,
+) {
     policy.files.push((path.to_path_buf(), text.to_string()));
+    // Policy-wide keys belong to the file that is the policy itself, never to an include.
+    let main = policy.files.len() == 1;
     let doc = match Document::parse(text) {
         Ok(doc) => doc,
         Err(e) => {
@@ -136,19 +155,17 @@ fn parse_file(path: &Path, text: &str, policy: &mut Policy, diags: &mut Diagnost
         }
     }
     cargo::parse(&mut cx, root, policy);
-    layout::parse(&mut cx, root, policy, depth == 0);
+    layout::parse(&mut cx, root, policy, main);
     for (name, span) in string_list(&mut cx, root, "include") {
-        let target = path.parent().unwrap_or(Path::new(".")).join(&name);
-        if depth >= 8 || policy.files.iter().any(|(p, _)| *p == target) {
-            cx.error(
-                Code::BadPath,
-                Some(span),
-                format!("`{name}` is included twice or in a cycle"),
-                "include each file once",
-            );
-            continue;
+        match includes.resolve(path, &name) {
+            Resolved::Load { path: target, key } => {
+                includes.enter(key);
+                load_into(&target, policy, cx.diags, includes, read);
+                includes.leave();
+            }
+            Resolved::Parsed => {}
+            Resolved::Refused { code, message, hint } => cx.error(code, Some(span), message, hint),
         }
-        load_into(&target, policy, cx.diags, depth + 1, read);
     }
 }
 
@@ -411,7 +428,8 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
         why_location: cx.loc(common.why_span.clone()),
         why: common.why,
         links: common.links,
-        when,
+        when: when.iter().map(|(w, _)| w.clone()).collect(),
+        when_locations: when.into_iter().map(|(_, l)| l).collect(),
         vars,
         location: cx.loc(common.path_span),
         setting_locations,
@@ -511,16 +529,34 @@ fn check_vars(cx: &mut Ctx, common: &Common, vars: &BTreeMap<String, Vec<String>
     }
 }
 
-fn parse_when(cx: &mut Ctx, table: &dyn TableLike) -> Vec<String> {
+/// The unit's conditions, each as make will read it, with where it is written.
+fn parse_when(cx: &mut Ctx, table: &dyn TableLike) -> Vec<(String, Location)> {
     let Some(item) = table.get("when") else { return Vec::new() };
     let mut out = Vec::new();
     for (cond, span) in strings_of(cx, "when", item, true) {
-        match crate::makefile::Condition::parse(&cond) {
-            Ok(c) => out.push(c.text),
-            Err(hint) => cx.error(Code::BadCondition, Some(span), format!("invalid make condition `{cond}`"), hint),
+        match super::when::validate(&cond) {
+            Ok(w) => out.push((w.text, cx.loc(Some(span)))),
+            Err(p) => {
+                let at = value_span(cx.text, &span, &cond, p.span.clone());
+                cx.error(Code::BadCondition, Some(at), format!("invalid condition `{cond}`: {}", p.message), p.hint)
+            }
         }
     }
     out
+}
+
+/// The bytes of the policy file holding bytes `inner` of the string value `value`, written at
+/// `span` (quotes included). Exact when the string is written without escapes; otherwise the
+/// whole string, since an escape makes value and source offsets differ.
+fn value_span(text: &str, span: &Range<usize>, value: &str, inner: Range<usize>) -> Range<usize> {
+    let Some(raw) = text.get(span.clone()) else { return span.clone() };
+    let quote = if raw.starts_with("\"\"\"") || raw.starts_with("'''") { 3 } else { 1 };
+    let body = raw.get(quote..raw.len().saturating_sub(quote));
+    if raw.len() >= 2 * quote && body == Some(value) && inner.end <= value.len() {
+        span.start + quote + inner.start..span.start + quote + inner.end
+    } else {
+        span.clone()
+    }
 }
 
 fn parse_vars(cx: &mut Ctx, table: &dyn TableLike) -> BTreeMap<String, Vec<String>> {

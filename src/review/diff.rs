@@ -7,6 +7,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use super::effective::{self, dir_files, state_at, Effective};
+use crate::diagnostic::{Code, Diagnostic};
 use crate::kbuild::configs::State;
 use crate::kbuild::Rules;
 use crate::mechanism::MechId;
@@ -135,37 +136,76 @@ pub fn to_json(changes: &[Change]) -> Value {
     )
 }
 
-/// A reader that serves files as they were at git revision `rev` (for `diff --base`).
-pub fn git_reader(rev: &str, near: &Path) -> Result<impl Fn(&Path) -> std::io::Result<Vec<u8>>, String> {
+/// A reader that serves files as they were at git revision `rev` (for `diff --base`). The
+/// revision is resolved to a commit first (`rev-parse --verify --end-of-options REV^{commit}`),
+/// so a revision spelled like an option (`--output=/tmp/x`) is refused, never passed to git as
+/// one; files are then named by the commit's object id. A file the commit does not have is
+/// `NotFound`.
+pub fn git_reader(rev: &str, near: &Path) -> Result<impl Fn(&Path) -> std::io::Result<Vec<u8>>, Box<Diagnostic>> {
     let dir = near.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let git_problem = |message: String| {
+        Box::new(
+            Diagnostic::error(Code::Io, message)
+                .hint("run inside the git repository that holds the policy, or pass OLD NEW files"),
+        )
+    };
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
         .args(["rev-parse", "--show-toplevel"])
         .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
+        .map_err(|e| git_problem(format!("cannot run git: {e}")))?;
     if !out.status.success() {
-        return Err(format!("`{}` is not in a git repository", near.display()));
+        return Err(git_problem(format!("`{}` is not in a git repository", near.display())));
     }
-    let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'));
     let root = root.canonicalize().unwrap_or(root);
-    let rev = rev.to_string();
+    let commit = resolve_commit(&root, rev)?;
     Ok(move |path: &Path| {
         let absolute = super::resolved(path)?;
         let rel = absolute
             .strip_prefix(&root)
             .map_err(|_| std::io::Error::other(format!("`{}` is outside the repository", path.display())))?;
-        let out =
-            Command::new("git").arg("-C").arg(&root).arg("show").arg(format!("{rev}:{}", rel.display())).output()?;
+        let object = format!("{commit}:{}", rel.display());
+        let blob = Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
+            .arg(&object)
+            .output()?;
+        if !blob.status.success() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("`{}` does not exist at {commit}", rel.display()),
+            ));
+        }
+        let id = String::from_utf8_lossy(&blob.stdout).trim().to_string();
+        let out = Command::new("git").arg("-C").arg(&root).args(["cat-file", "blob", &id]).output()?;
         if out.status.success() {
             Ok(out.stdout)
         } else {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            ))
+            Err(std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()))
         }
     })
+}
+
+/// The commit `rev` names in the repository at `root`, as a full object id.
+fn resolve_commit(root: &Path, rev: &str) -> Result<String, Box<Diagnostic>> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
+        .arg(format!("{rev}^{{commit}}"))
+        .output()
+        .map_err(|e| Box::new(Diagnostic::error(Code::Io, format!("cannot run git: {e}"))))?;
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || id.len() < 40 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Box::new(
+            Diagnostic::error(Code::BadRevision, format!("`{rev}` is not a commit of this repository"))
+                .hint("pass a branch, tag or commit, e.g. `--base origin/master` or `--base HEAD~1`"),
+        ));
+    }
+    Ok(id)
 }
 
 #[cfg(test)]

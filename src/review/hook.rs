@@ -19,6 +19,9 @@ pub struct Outcome {
     /// Staged kbuild files that differ from what the policy generates.
     pub stale: Vec<Change>,
     pub diags: Diagnostics,
+    /// The staged text of every file the diagnostics point into (the policy, kbuild files):
+    /// positions are in these, not in the working tree, so they must be rendered from them.
+    pub sources: Vec<(PathBuf, String)>,
 }
 
 fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
@@ -31,8 +34,10 @@ fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     }
 }
 
-/// One long-lived `git cat-file --batch` process answering blob requests one at a time
-/// (git flushes after each object), so the index is read once for the whole hook run.
+/// One long-lived `git cat-file --batch -Z` process answering blob requests one at a time
+/// (git flushes after each object), so the index is read once for the whole hook run. Requests
+/// and answers are NUL-terminated (git 2.43 or later): a path holding a newline is one request,
+/// not two that would shift every later answer onto the wrong file.
 struct Blobs {
     child: std::process::Child,
     stdin: std::process::ChildStdin,
@@ -44,7 +49,7 @@ impl Blobs {
         let mut child = Command::new("git")
             .arg("-C")
             .arg(repo)
-            .args(["cat-file", "--batch"])
+            .args(["cat-file", "--batch", "-Z"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -57,11 +62,13 @@ impl Blobs {
     /// `spec` is `:path` (the index) or `REV:path`; `None` when it does not exist there.
     fn get(&mut self, spec: &str) -> std::io::Result<Option<Vec<u8>>> {
         use std::io::{BufRead, Read};
-        writeln!(self.stdin, "{spec}")?;
+        self.stdin.write_all(spec.as_bytes())?;
+        self.stdin.write_all(b"\0")?;
         self.stdin.flush()?;
-        let mut header = String::new();
-        self.stdout.read_line(&mut header)?;
-        let header = header.trim_end();
+        let mut header = Vec::new();
+        self.stdout.read_until(0, &mut header)?;
+        header.pop();
+        let header = String::from_utf8_lossy(&header);
         if header.ends_with(" missing") || header.ends_with(" ambiguous") {
             return Ok(None);
         }
@@ -132,7 +139,7 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     let staged_run = Command::new("git")
         .arg("-C")
         .arg(&repo)
-        .args(["diff", "--cached", "--name-only", "-z", "--no-renames"])
+        .args(["diff", "--cached", "--name-status", "-z", "--no-renames"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -144,15 +151,24 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     if !staged_out.status.success() {
         return Err(format!("git diff --cached: {}", String::from_utf8_lossy(&staged_out.stderr).trim()));
     }
-    let staged: Vec<String> = staged_out
-        .stdout
-        .split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect();
+    let (staged, deleted) = staged_entries(&staged_out.stdout);
     let Some((policy, policy_diags)) = loaded else {
+        // A policy in HEAD but not in the index is being removed: the blocks it generated stay.
+        if let Some((head, _)) = policy_from(&blobs, &repo, "HEAD:", &policy_rel) {
+            let shown = policy_rel.display();
+            outcome.diags.push(
+                Diagnostic::error(Code::PolicyRemoved, format!("the policy `{shown}` is deleted from the index"))
+                    .at(Location::file(&policy_abs))
+                    .hint(format!(
+                        "restore it with `git restore --staged --worktree -- {shown}`; to stop using sanpolicy, \
+                         also remove the {} generated block(s) and the hook",
+                        head.directories().len()
+                    )),
+            );
+        }
         return Ok(outcome); // no policy staged or committed: nothing to keep in sync
     };
+    outcome.sources.extend(policy.files.iter().cloned());
     if policy_diags.has_errors() {
         outcome.diags.extend(policy_diags);
         return Ok(outcome);
@@ -196,13 +212,49 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     }
     let base_text = fetch(format!("HEAD:{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
     let base = crate::check::drift::Base::parse(base_text.as_deref());
-    staged_drift(&repo, &policy, rules, &dirs, &base, &mut fetch, &mut outcome)?;
+    staged_drift(&repo, &policy, rules, &dirs, &deleted, &base, &mut fetch, &mut outcome)?;
     Ok(outcome)
 }
 
 /// The snapshot without its header, which names how it was generated.
 fn snapshot_body(text: Option<&str>) -> Option<Vec<&str>> {
     text.map(|t| t.lines().filter(|l| !l.starts_with('#')).collect())
+}
+
+/// `git diff --cached --name-status -z` output: every staged path, and those deleted.
+fn staged_entries(out: &[u8]) -> (Vec<String>, BTreeSet<String>) {
+    let mut fields = out.split(|b| *b == 0).filter(|s| !s.is_empty());
+    let (mut staged, mut deleted) = (Vec::new(), BTreeSet::new());
+    while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
+        let path = String::from_utf8_lossy(path).into_owned();
+        if status.first() == Some(&b'D') {
+            deleted.insert(path.clone());
+        }
+        staged.push(path);
+    }
+    (staged, deleted)
+}
+
+/// A staged deletion of a kbuild file that holds the policy's block or directives: the commit
+/// drops exemptions without the policy saying so.
+fn deleted_kbuild_file(path: &Path, rel: &str, head: &str, units: usize, outcome: &mut Outcome) {
+    let parsed = crate::makefile::parse(head);
+    let directives = parsed.directives().count();
+    if units == 0 && directives == 0 && parsed.block.is_none() {
+        return;
+    }
+    outcome.diags.push(
+        Diagnostic::error(
+            Code::DeletedKbuildFile,
+            format!(
+                "`{rel}` is deleted, but holds {directives} directive line(s) and the policy names {units} unit(s) there"
+            ),
+        )
+        .at(Location::file(path))
+        .hint(format!(
+            "restore it with `git restore --staged --worktree -- {rel}`, or drop the directory's units from the policy and run `sanpolicy gen-makefiles`"
+        )),
+    );
 }
 
 /// What each directory's units are, for telling which directories a policy change touches.
@@ -225,25 +277,45 @@ fn staged_drift(
     policy: &Policy,
     rules: &Rules,
     dirs: &BTreeSet<String>,
+    deleted: &BTreeSet<String>,
     base: &crate::check::drift::Base,
     fetch: &mut dyn FnMut(String) -> Result<Option<Vec<u8>>, String>,
     outcome: &mut Outcome,
 ) -> Result<(), String> {
     let scratch = tempfile::tempdir().map_err(|e| format!("cannot create a scratch directory: {e}"))?;
     let join = |d: &str, n: &str| if d.is_empty() { n.to_string() } else { format!("{d}/{n}") };
+    let by_dir = policy.units_by_dir();
+    let mut present = BTreeSet::new();
     for d in dirs {
+        let mut found = false;
         for name in ["Kbuild", "Makefile"] {
             let rel = join(d, name);
             if let Some(bytes) = fetch(format!(":{rel}"))? {
                 let path = scratch.path().join(&rel);
                 std::fs::create_dir_all(path.parent().unwrap_or(scratch.path())).map_err(|e| e.to_string())?;
-                std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
+                std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
+                outcome.sources.push((repo.join(&rel), String::from_utf8_lossy(&bytes).into_owned()));
+                found = true;
+                break;
+            }
+        }
+        if found {
+            present.insert(d.clone());
+            continue;
+        }
+        // Deleted in this commit: judged on what HEAD had there, not planned.
+        for name in ["Kbuild", "Makefile"] {
+            let rel = join(d, name);
+            if let Some(bytes) = fetch(format!("HEAD:{rel}"))?.filter(|_| deleted.contains(&rel)) {
+                let head = String::from_utf8_lossy(&bytes);
+                let units = by_dir.get(d.as_str()).map_or(0, Vec::len);
+                deleted_kbuild_file(&repo.join(&rel), &rel, &head, units, outcome);
                 break;
             }
         }
     }
     let mut sub = policy.clone();
-    sub.units.retain(|u| dirs.contains(&u.path.kbuild_dir));
+    sub.units.retain(|u| present.contains(&u.path.kbuild_dir));
     let plan = crate::generate::plan_tree(&sub, scratch.path(), rules, false, false);
     let moved = |p: &Path| repo.join(p.strip_prefix(scratch.path()).unwrap_or(p));
     let relocate = |mut d: Diagnostic| {

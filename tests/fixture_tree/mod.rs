@@ -166,6 +166,9 @@ impl Fingerprint {
                 // A link is its target's name: what it points at is fingerprinted on its own.
                 let target = fs::read_link(&path).unwrap();
                 self.files.insert(rel, (0o120000, format!("-> {}", target.display()).into_bytes()));
+            } else if !meta.is_file() {
+                // A FIFO or device: reading it would block or never end; its type is what counts.
+                self.files.insert(rel, (meta.permissions().mode() & 0o7777, b"<not a regular file>".to_vec()));
             } else {
                 self.files.insert(rel, (meta.permissions().mode() & 0o7777, fs::read(&path).unwrap()));
             }
