@@ -55,7 +55,8 @@ fn comment_lines(out: &mut String, text: &str) {
 
 /// The body (between the markers) for the units of one directory, in policy order. Adjacent
 /// units with the same reason, links and conditions share one comment and one conditional.
-fn render_body(units: &[&Unit], rules: &Rules) -> String {
+/// The central file (`central.rs`) puts exactly these lines in each directory's section.
+pub(crate) fn render_body(units: &[&Unit], rules: &Rules) -> String {
     let mut out = String::new();
     let same_group = |a: &Unit, b: &Unit| a.why == b.why && a.links == b.links && a.when == b.when;
     for (i, unit) in units.iter().enumerate() {

@@ -2,6 +2,7 @@
 //! generated block per directory, spliced into the directory's kbuild file.
 
 mod block;
+pub mod central;
 
 pub use block::{checksum, comment_problem, render_block, render_fragment, splice, SpliceError};
 
