@@ -160,3 +160,73 @@ fn include_line_says_when_it_cannot_place_the_line() {
     assert!(include_line(&moved).unwrap_err().contains("not directly after"));
     assert!(remove_include_line(&moved).unwrap_err().contains("remove it by hand"));
 }
+
+/// A directory's own lines, then its lines from the policy: in the block layout the block is
+/// spliced into the directory's Makefile; in the central layout the pristine Makefile is read,
+/// then the central file, as `scripts/Makefile.build` reads them. GNU make must give every
+/// variable the same value both ways, the value the precedence statement predicts, and in a
+/// directory the central file does not name, the central file must set nothing.
+#[test]
+fn make_gives_block_and_central_layouts_the_same_values() {
+    let own = "KCOV_INSTRUMENT := n\nKASAN_SANITIZE_lockdep.o := y\nCFLAGS_REMOVE_lockdep.o = -fno-foo\nKASAN_SANITIZE_spinlock.o := n\n";
+    let policy = policy(
+        "[[unit]]\npath = \"kernel/locking/lockdep.o\"\nskip = [\"kasan\", \"ftrace\"]\nwhy = \"w\"\n\n\
+         [[unit]]\npath = \"kernel/locking/mutex.o\"\nforce = [\"kcov\"]\nwhy = \"w\"\n\n\
+         [[unit]]\npath = \"mm/kasan/\"\nskip = [\"kasan\"]\nwhy = \"w\"\n",
+    );
+    let rules = Rules::builtin();
+    let by_dir = policy.units_by_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let block = sanpolicy::emit::render_block(&by_dir["kernel/locking"], &rules);
+    let spliced = sanpolicy::emit::splice(own, &makefile::parse(own), &block, false).unwrap();
+    fs::write(dir.path().join("own.mk"), own).unwrap();
+    fs::write(dir.path().join("block.mk"), spliced).unwrap();
+    fs::write(dir.path().join("central.mk"), render_central(&by_dir, &rules)).unwrap();
+    let vars = [
+        "KCOV_INSTRUMENT",
+        "KASAN_SANITIZE_lockdep.o",
+        "CFLAGS_REMOVE_lockdep.o",
+        "KCOV_INSTRUMENT_mutex.o",
+        "KASAN_SANITIZE_spinlock.o",
+        "KASAN_SANITIZE",
+    ];
+    let block_values = make_values(dir.path(), "kernel/locking", &["block.mk"], &vars);
+    let central_values = make_values(dir.path(), "kernel/locking", &["own.mk", "central.mk"], &vars);
+    assert_eq!(block_values, central_values);
+    assert_eq!(
+        central_values,
+        [
+            "KCOV_INSTRUMENT=[n]",
+            "KASAN_SANITIZE_lockdep.o=[n]",
+            "CFLAGS_REMOVE_lockdep.o=[-fno-foo -pg -mfentry]",
+            "KCOV_INSTRUMENT_mutex.o=[y]",
+            "KASAN_SANITIZE_spinlock.o=[n]",
+            "KASAN_SANITIZE=[undefined]",
+        ]
+    );
+    // Another directory: only its own lines count.
+    let elsewhere = make_values(dir.path(), "kernel/sched", &["own.mk", "central.mk"], &vars);
+    assert_eq!(elsewhere, make_values(dir.path(), "kernel/sched", &["own.mk"], &vars));
+    assert_eq!(make_values(dir.path(), "mm/kasan", &["central.mk"], &vars)[5], "KASAN_SANITIZE=[n]");
+}
+
+/// `NAME=[value]` (or `[undefined]`) for each variable after make reads `files` with `obj` set.
+fn make_values(dir: &Path, obj: &str, files: &[&str], vars: &[&str]) -> Vec<String> {
+    let mut driver = format!("obj := {obj}\nCC_FLAGS_FTRACE := -pg -mfentry\n");
+    for f in files {
+        driver.push_str(&format!("include {f}\n"));
+    }
+    for v in vars {
+        driver.push_str(&format!("$(info {v}=[$(if $(filter undefined,$(origin {v})),undefined,$({v}))])\n"));
+    }
+    driver.push_str("all: ;\n");
+    fs::write(dir.join("driver.mk"), driver).unwrap();
+    let out = std::process::Command::new("make")
+        .args(["-s", "-R", "-r", "-f", "driver.mk"])
+        .current_dir(dir)
+        .env_remove("MAKEFLAGS")
+        .output()
+        .expect("running GNU make");
+    assert!(out.status.success(), "make failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
