@@ -230,3 +230,72 @@ fn make_values(dir: &Path, obj: &str, files: &[&str], vars: &[&str]) -> Vec<Stri
     assert!(out.status.success(), "make failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
 }
+
+/// The real `scripts/Makefile.build` of 6.1 and 6.12 (fixtures), with the include line, reads
+/// the central file after the directory's Makefile: GNU make runs it as Kbuild does
+/// (`make -f scripts/Makefile.build obj=kernel/locking`) on a tree holding the fixture's
+/// `scripts/` files and a directory Makefile. Without the include line the directory's own
+/// values stand, so the comparison can fail.
+#[test]
+fn real_makefile_build_reads_the_central_file_after_the_directory() {
+    let own = "KCOV_INSTRUMENT := n\nKASAN_SANITIZE_lockdep.o := y\nCFLAGS_REMOVE_lockdep.o = -fno-foo\n";
+    let policy = policy(
+        "[[unit]]\npath = \"kernel/locking/lockdep.o\"\nskip = [\"kasan\", \"ftrace\"]\nwhy = \"w\"\n\n\
+         [[unit]]\npath = \"kernel/locking/mutex.o\"\nforce = [\"kcov\"]\nwhy = \"w\"\n",
+    );
+    let central = render_central(&policy.units_by_dir(), &Rules::builtin());
+    let vars = ["KCOV_INSTRUMENT", "KASAN_SANITIZE_lockdep.o", "CFLAGS_REMOVE_lockdep.o", "KCOV_INSTRUMENT_mutex.o"];
+    for version in ["6.1", "6.12"] {
+        let tree = tempfile::tempdir().unwrap();
+        let scripts = tree.path().join("scripts");
+        fs::create_dir_all(&scripts).unwrap();
+        fs::create_dir_all(tree.path().join("kernel/locking")).unwrap();
+        for f in ["Kbuild.include", "Makefile.lib"] {
+            fs::copy(format!("tests/fixtures/kernel-rules/linux-{version}/scripts/{f}"), scripts.join(f)).unwrap();
+        }
+        // The real one only defines compiler probes (`cc-option` …), which nothing here expands.
+        fs::write(scripts.join("Makefile.compiler"), "").unwrap();
+        fs::write(tree.path().join("kernel/locking/Makefile"), own).unwrap();
+        fs::write(tree.path().join(CENTRAL_FILE), &central).unwrap();
+        let original = fixture(version);
+        fs::write(scripts.join("Makefile.build"), &original).unwrap();
+        assert_eq!(
+            kbuild_values(tree.path(), &vars),
+            [
+                "KCOV_INSTRUMENT=[n]",
+                "KASAN_SANITIZE_lockdep.o=[y]",
+                "CFLAGS_REMOVE_lockdep.o=[-fno-foo]",
+                "KCOV_INSTRUMENT_mutex.o=[undefined]"
+            ],
+            "{version} without the include line"
+        );
+        fs::write(scripts.join("Makefile.build"), include_line(&original).unwrap()).unwrap();
+        assert_eq!(
+            kbuild_values(tree.path(), &vars),
+            [
+                "KCOV_INSTRUMENT=[n]",
+                "KASAN_SANITIZE_lockdep.o=[n]",
+                "CFLAGS_REMOVE_lockdep.o=[-fno-foo -pg -mfentry]",
+                "KCOV_INSTRUMENT_mutex.o=[y]"
+            ],
+            "{version} with the include line"
+        );
+    }
+}
+
+/// `NAME=[value]` for each variable as `scripts/Makefile.build` sees it for `kernel/locking`.
+fn kbuild_values(tree: &Path, vars: &[&str]) -> Vec<String> {
+    let echoes: Vec<String> =
+        vars.iter().map(|v| format!("echo '{v}=[$(if $(filter undefined,$(origin {v})),undefined,$({v}))]'")).collect();
+    let rule = format!("sanpolicy-print: ; @{}", echoes.join("; "));
+    let out = std::process::Command::new("make")
+        .args(["-s", "-f", "scripts/Makefile.build", "obj=kernel/locking", "srctree=.", "CC_FLAGS_FTRACE=-pg -mfentry"])
+        .arg(format!("--eval={rule}"))
+        .arg("sanpolicy-print")
+        .current_dir(tree)
+        .env_remove("MAKEFLAGS")
+        .output()
+        .expect("running GNU make");
+    assert!(out.status.success(), "make failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
