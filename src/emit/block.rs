@@ -92,9 +92,13 @@ pub(crate) fn render_body(units: &[&Unit], rules: &Rules) -> String {
 
 /// The whole block, markers included, ending in a newline.
 pub fn render_block(units: &[&Unit], rules: &Rules) -> String {
-    let body = render_body(units, rules);
+    wrap_body(&render_body(units, rules))
+}
+
+/// `body` between the begin marker and the end marker recording its checksum.
+pub(crate) fn wrap_body(body: &str) -> String {
     let begin = BEGIN_TEMPLATE.replace("{command}", REGENERATE);
-    let end = END_TEMPLATE.replace("{checksum}", &checksum(&body));
+    let end = END_TEMPLATE.replace("{checksum}", &checksum(body));
     format!("{begin}{body}{end}")
 }
 

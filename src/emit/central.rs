@@ -16,8 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use super::block::{render_body, REGENERATE};
-use super::{checksum, splice, SpliceError};
+use super::block::{render_body, wrap_body, REGENERATE};
+use super::{splice, SpliceError};
 use crate::kbuild::Rules;
 use crate::makefile::{self, BEGIN_MARKER};
 use crate::policy::Unit;
@@ -26,8 +26,6 @@ use crate::policy::Unit;
 pub const CENTRAL_FILE: &str = "scripts/Makefile.sanpolicy";
 
 const HEADER_TEMPLATE: &str = include_str!("../../templates/central-header.txt");
-const BEGIN_TEMPLATE: &str = include_str!("../../templates/kbuild-block-begin.txt");
-const END_TEMPLATE: &str = include_str!("../../templates/kbuild-block-end.txt");
 
 /// The line `scripts/Makefile.build` needs. A plain `include`, not `-include`: a tree whose
 /// central file went missing must fail to build rather than silently drop every exemption (a
@@ -87,9 +85,7 @@ pub fn render_central(by_dir: &BTreeMap<&str, Vec<&Unit>>, rules: &Rules) -> Str
         body.push_str("endif\n");
     }
     let header = HEADER_TEMPLATE.replace("{command}", REGENERATE);
-    let begin = BEGIN_TEMPLATE.replace("{command}", REGENERATE);
-    let end = END_TEMPLATE.replace("{checksum}", &checksum(&body));
-    format!("{header}\n{begin}{body}{end}")
+    format!("{header}\n{}", wrap_body(&body))
 }
 
 /// Whether the central file on disk may be replaced: `Err` with the same reasons
