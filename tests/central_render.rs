@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 
 use sanpolicy::emit::central::{
-    central_dir_problem, check_central, include_line, remove_include_line, render_central, CENTRAL_FILE,
+    central_dir_problem, check_central, include_line, remove_include_line, render_central, sections, CENTRAL_FILE,
 };
 use sanpolicy::emit::{checksum, SpliceError};
 use sanpolicy::kbuild::Rules;
@@ -298,4 +298,33 @@ fn kbuild_values(tree: &Path, vars: &[&str]) -> Vec<String> {
         .expect("running GNU make");
     assert!(out.status.success(), "make failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+/// `sections` gives back, per directory, exactly the body the block layout writes there (the
+/// text between a block's markers), and refuses a body that is not a sequence of sections.
+#[test]
+fn sections_read_back_each_directory_block() {
+    let policy = policy(POLICY);
+    let rules = Rules::builtin();
+    let by_dir = policy.units_by_dir();
+    let text = render_central(&by_dir, &rules);
+    let got = sections(&text).expect("sections");
+    assert_eq!(got.keys().map(String::as_str).collect::<Vec<_>>(), ["kernel", "kernel/locking", "mm/kasan"]);
+    for (dir, units) in &by_dir {
+        let block = sanpolicy::emit::render_block(units, &rules);
+        let body = makefile::parse(&block).block.unwrap().body;
+        assert_eq!(got[*dir], body, "{dir}");
+    }
+    // The conditional of a `when` stays inside its section.
+    assert!(
+        got["kernel"].starts_with("# Not traced.\nifdef CONFIG_FUNCTION_TRACER\n")
+            && got["kernel"].ends_with("endif\n")
+    );
+    let stray = text.replace("endif\n\nifeq ($(obj),mm/kasan)", "endif\nKCOV_INSTRUMENT := n\nifeq ($(obj),mm/kasan)");
+    assert_ne!(stray, text);
+    assert_eq!(sections(&stray), None, "a line outside every section");
+    let unclosed = text.replace("UBSAN_SANITIZE := n\nendif\n", "UBSAN_SANITIZE := n\n");
+    assert_ne!(unclosed, text);
+    assert_eq!(sections(&unclosed), None, "an unclosed section");
+    assert_eq!(sections("KCOV_INSTRUMENT := n\n"), None, "no block");
 }

@@ -101,6 +101,42 @@ pub fn check_central(existing: &str) -> Result<(), SpliceError> {
     splice(existing, &parsed, "", false).map(|_| ())
 }
 
+/// The sections of a central file, by directory: each one's text between
+/// `ifeq ($(obj),<dir>)` and its `endif`, which is what that directory's block holds in the
+/// block layout (so `sync` and drift checks can read the central file as a set of blocks).
+/// `None` when there is no generated block, or its body is not a sequence of well-formed
+/// sections (a hand edit: [`check_central`] says so too, unless the checksum was forged).
+pub fn sections(existing: &str) -> Option<BTreeMap<String, String>> {
+    let body = makefile::parse(existing).block?.body;
+    let mut out = BTreeMap::new();
+    // The directory whose section is open, its text so far, and how deep its own conditionals nest.
+    let mut open: Option<(String, String, usize)> = None;
+    for line in body.split_inclusive('\n') {
+        let bare = line.trim_end_matches('\n');
+        let Some((dir, text, depth)) = &mut open else {
+            if !bare.is_empty() {
+                let dir = bare.strip_prefix("ifeq ($(obj),")?.strip_suffix(')')?;
+                open = Some((dir.to_string(), String::new(), 0));
+            }
+            continue;
+        };
+        match bare.split_whitespace().next().unwrap_or("") {
+            "endif" if *depth == 0 => {
+                if out.insert(std::mem::take(dir), std::mem::take(text)).is_some() {
+                    return None;
+                }
+                open = None;
+                continue;
+            }
+            "endif" => *depth -= 1,
+            "ifdef" | "ifndef" | "ifeq" | "ifneq" => *depth += 1,
+            _ => {}
+        }
+        text.push_str(line);
+    }
+    open.is_none().then_some(out)
+}
+
 /// The 0-based index of the line that includes the directory's kbuild file, or why there is none.
 fn kbuild_include(lines: &[&str]) -> Result<usize, String> {
     let found: Vec<usize> = (0..lines.len()).filter(|&i| KBUILD_INCLUDES.contains(&lines[i].trim_end())).collect();
