@@ -90,7 +90,8 @@ pub fn decode_kbuild(path: &Path, bytes: Vec<u8>) -> Result<String, Box<Diagnost
 pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: bool) -> Plan {
     match policy.layout {
         Layout::InPlace => plan_in_place(policy, tree, rules, sweep),
-        Layout::Block | Layout::Central => plan_blocks(policy, tree, rules, force, sweep),
+        Layout::Block => plan_blocks(policy, tree, rules, force, sweep),
+        Layout::Central => plan_central(policy, tree, rules, force, sweep),
     }
 }
 
@@ -165,6 +166,96 @@ fn open_dir(
             None
         }
     }
+}
+
+/// The central layout: one generated file for the whole tree (`scripts/Makefile.sanpolicy`),
+/// read by `scripts/Makefile.build` right after each directory's own kbuild file, so its lines
+/// win over the directory's (see `emit::central`). Subsystem Makefiles are never written: each
+/// directory's planned text is its own file followed by its section of the central file, which
+/// is what Kbuild reads, so requirements and sources are judged on that.
+fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: bool) -> Plan {
+    use crate::emit::central;
+    let mut plan = Plan::default();
+    let by_dir = policy.units_by_dir();
+    let mut bad_dirs = false;
+    for (dir, units) in &by_dir {
+        if let Some(problem) = central::central_dir_problem(dir) {
+            bad_dirs = true;
+            let at = units.first().map(|u| u.location.clone());
+            let d = Diagnostic::error(Code::BadPath, format!("`{dir}/` cannot be named in the central file: {problem}"))
+                .hint("the central layout names directories in make conditionals: rename the path, or use `layout = \"in-place\"`");
+            plan.diags.push(match at {
+                Some(l) => d.at(l),
+                None => d,
+            });
+        }
+        conflicts(units, rules, &mut plan.diags);
+    }
+    if bad_dirs {
+        return plan;
+    }
+    let rendered = central::render_central(&by_dir, rules);
+    let sections = central::sections(&rendered).unwrap_or_default();
+    let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
+    let mut dirs: std::collections::BTreeSet<String> = by_dir.keys().map(|d| d.to_string()).collect();
+    if sweep {
+        dirs.extend(swept_dirs(tree));
+    }
+    for dir in &dirs {
+        let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
+        let Some((path, _, _, old)) = open_dir(&mut plan, &mut at, dir, units) else { continue };
+        let effective = match sections.get(dir) {
+            Some(section) => format!("{old}\n{section}"),
+            None => old.clone(),
+        };
+        plan.before.insert(dir.clone(), old);
+        plan.files.insert(dir.clone(), PlannedFile::new(path, effective));
+    }
+    let file = tree.join(central::CENTRAL_FILE);
+    let old = file.is_file().then(|| read_kbuild(&file)).transpose();
+    match old {
+        Err(d) => plan.diags.push(*d),
+        Ok(old) => {
+            let refused = old.as_deref().filter(|_| !force).map(central::check_central);
+            match refused {
+                Some(Err(SpliceError::HandEdited(b))) => plan.diags.push(
+                    Diagnostic::error(Code::HandEditedBlock, "the central file was edited by hand")
+                        .at(Location::at_line(&file, old.as_deref().unwrap_or(""), b.begin_line))
+                        .label("checksum in the end marker no longer matches")
+                        .hint("move the change into the policy (`sanpolicy sync` takes it back), then rerun with `--force`"),
+                ),
+                Some(Err(SpliceError::Markers(line, message))) => plan.diags.push(
+                    Diagnostic::error(Code::BadMarker, message)
+                        .at(Location::at_line(&file, old.as_deref().unwrap_or(""), line))
+                        .hint("restore the generated markers, or delete the file and rerun `sanpolicy gen-makefiles`"),
+                ),
+                _ => plan.changes.push(Change {
+                    path: file.clone(),
+                    display: central::CENTRAL_FILE.to_string(),
+                    old,
+                    new: Some(rendered),
+                }),
+            }
+        }
+    }
+    let build = tree.join("scripts/Makefile.build");
+    match read_kbuild(&build) {
+        Err(d) => plan.diags.push(*d),
+        Ok(text) => match central::include_line(&text) {
+            Ok(new) => plan.changes.push(Change {
+                path: build.clone(),
+                display: "scripts/Makefile.build".into(),
+                old: Some(text),
+                new: Some(new),
+            }),
+            Err(message) => plan.diags.push(
+                Diagnostic::error(Code::Rules, format!("cannot add the central file's include line: {message}"))
+                    .at(Location::file(&build))
+                    .hint("the central layout needs the tree's `scripts/Makefile.build` to include each directory's kbuild file in one line; use `layout = \"in-place\"` for this tree"),
+            ),
+        },
+    }
+    plan
 }
 
 /// The block layout: one generated block per directory the policy names.

@@ -116,8 +116,10 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
             _ => diags.push((stale_file(change, program), false)),
         }
     }
-    if policy.layout != Layout::InPlace {
-        outside_lines(plan, rules, base, program, &mut diags);
+    match policy.layout {
+        Layout::InPlace => {}
+        Layout::Block => outside_lines(plan, rules, base, program, &mut diags),
+        Layout::Central => unowned_lines(policy, plan, rules, base, program, &mut diags),
     }
     diags
 }
@@ -246,6 +248,40 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
                     false,
                 ));
             }
+        }
+    }
+}
+
+/// Central layout: a directory line (outside the central file) that no unit says is drift;
+/// the lines the central file repeats are the policy's own.
+fn unowned_lines(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: &mut Vec<(Diagnostic, bool)>) {
+    let owned: BTreeSet<_> = policy
+        .units
+        .iter()
+        .flat_map(|u| u.settings.keys().filter_map(|id| crate::emit::inplace::unit_key(u, *id, rules)).map(|(k, _)| k).collect::<Vec<_>>())
+        .collect();
+    for (dir, file) in &plan.files {
+        let Some(before) = plan.before.get(dir) else { continue };
+        let parsed = crate::makefile::parse(before);
+        for (i, d) in parsed.directives() {
+            let a = &parsed.assignments[i];
+            let Some((key, _)) = existing_key(a, d, rules) else { continue };
+            if owned.contains(&key) {
+                continue;
+            }
+            let path = path_of(dir, d.object.as_deref());
+            let hint = if base.known && base.has(&path, d.mech) {
+                format!("the policy dropped this unit, and the central file no longer sets it: drop the line too, or run `{program} sync` to keep it")
+            } else {
+                format!("run `{program} sync` to take it into the policy (the central file then repeats it)")
+            };
+            let text = before[a.bytes.clone()].trim_end().to_string();
+            diags.push((
+                Diagnostic::error(Code::UnmanagedDirective, format!("`{text}` is in the tree but not in the policy"))
+                    .at(Location::at_line(&file.path, before, a.line))
+                    .hint(hint),
+                false,
+            ));
         }
     }
 }

@@ -90,7 +90,8 @@ pub fn condition_problems(units: &[&Unit]) -> crate::diagnostic::Diagnostics {
 
 /// The body (between the markers) for the units of one directory, in policy order. Adjacent
 /// units with the same reason, links and conditions share one comment and one conditional.
-fn render_body(units: &[&Unit], rules: &Rules) -> String {
+/// The central file (`central.rs`) puts exactly these lines in each directory's section.
+pub(crate) fn render_body(units: &[&Unit], rules: &Rules) -> String {
     let mut out = String::new();
     let same_group = |a: &Unit, b: &Unit| a.why == b.why && a.links == b.links && a.when == b.when;
     for (i, unit) in units.iter().enumerate() {
@@ -125,9 +126,13 @@ fn render_body(units: &[&Unit], rules: &Rules) -> String {
 
 /// The whole block, markers included, ending in a newline.
 pub fn render_block(units: &[&Unit], rules: &Rules) -> String {
-    let body = render_body(units, rules);
+    wrap_body(&render_body(units, rules))
+}
+
+/// `body` between the begin marker and the end marker recording its checksum.
+pub(crate) fn wrap_body(body: &str) -> String {
     let begin = BEGIN_TEMPLATE.replace("{command}", REGENERATE);
-    let end = END_TEMPLATE.replace("{checksum}", &checksum(&body));
+    let end = END_TEMPLATE.replace("{checksum}", &checksum(body));
     format!("{begin}{body}{end}")
 }
 

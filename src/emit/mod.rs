@@ -3,6 +3,7 @@
 
 mod block;
 pub mod inplace;
+pub mod central;
 
 pub use block::{checksum, comment_problem, condition_problems, render_block, render_fragment, splice, SpliceError};
 
