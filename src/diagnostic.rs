@@ -300,7 +300,7 @@ impl Sources {
 
     fn get(&mut self, path: &Path) -> Option<&str> {
         if !self.texts.contains_key(path) {
-            let text = std::fs::read(path).ok()?;
+            let text = crate::input::read(path, crate::input::POLICY_LIMIT).ok()?;
             self.texts.insert(path.to_path_buf(), String::from_utf8_lossy(&text).into_owned());
         }
         self.texts.get(path).map(String::as_str)

@@ -57,7 +57,7 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         changes.push(output::Change {
             path: out.clone(),
             display: display(&out),
-            old: std::fs::read_to_string(&out).ok(),
+            old: crate::input::read_to_string(&out, crate::input::POLICY_LIMIT).ok(),
             new: Some(text.clone()),
         });
         // The policy's effective-instrumentation snapshot starts out in sync, as gen-makefiles keeps it.

@@ -19,7 +19,7 @@ const REQUIRE_KEYS: &[&str] = &["path", "exempt", "except", "why", "links"];
 
 /// Read and parse the policy at `path` and the files it includes.
 pub fn load(path: &Path) -> (Policy, Diagnostics) {
-    load_with(path, &|p| std::fs::read(p))
+    load_with(path, &|p| Ok(crate::input::read(p, crate::input::POLICY_LIMIT)?))
 }
 
 /// Reads file contents for the parser: the filesystem, or another source such as a git revision.
@@ -38,7 +38,7 @@ pub fn load_with(path: &Path, read: Reader) -> (Policy, Diagnostics) {
 pub fn parse_str(path: &Path, text: &str) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
-    parse_file(path, text, &mut policy, &mut diags, 0, &|p| std::fs::read(p));
+    parse_file(path, text, &mut policy, &mut diags, 0, &|p| Ok(crate::input::read(p, crate::input::POLICY_LIMIT)?));
     check_duplicates(&policy, &mut diags);
     (policy, diags)
 }
