@@ -47,6 +47,9 @@ pub enum Code {
     BadReason,
     ConflictingUnits,
     Symlink,
+    Unwritable,
+    ChangedDuringRun,
+    Locked,
 }
 
 impl Code {
@@ -87,6 +90,9 @@ impl Code {
             Code::BadReason => "bad-reason",
             Code::ConflictingUnits => "conflicting-units",
             Code::Symlink => "symlink",
+            Code::Unwritable => "unwritable",
+            Code::ChangedDuringRun => "changed-during-run",
+            Code::Locked => "locked",
         }
     }
 

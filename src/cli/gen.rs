@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::context::{display, inputs, plan_for, CommonArgs, Inputs, Ui};
+use super::context::{display, inputs, lock_tree, plan_for, write, CommonArgs, Inputs, Ui};
 use super::{summary, Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
 use crate::output::{self, Change};
 use crate::review::effective;
@@ -34,6 +34,9 @@ pub struct GenArgs {
 }
 
 pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+    // Writing into a tree holds its lock from before the first read until written.
+    let tree = args.common.tree.as_deref().or(defaults.tree.as_deref()).filter(|_| !args.check && args.out.is_none());
+    let Ok(lock) = lock_tree(tree, ui) else { return EXIT_BAD_INPUT };
     let Ok(inputs) = inputs(&args.common, defaults, args.out.is_none(), ui) else { return EXIT_BAD_INPUT };
     if args.strict {
         let placeholders = crate::check::placeholder_errors(&inputs.policy);
@@ -91,8 +94,7 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         eprintln!("error: nothing was written");
         return EXIT_BAD_INPUT;
     }
-    if let Err(e) = output::apply(&plan.changes) {
-        eprintln!("error: writing failed: {e}");
+    if write(lock.as_ref(), &plan.changes, ui).is_err() {
         return EXIT_BAD_INPUT;
     }
     let target = inputs

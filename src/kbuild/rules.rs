@@ -107,6 +107,9 @@ pub struct Rules {
 const BUILTIN_LIB: &str = include_str!("../../tests/fixtures/kernel-rules/linux-6.12/scripts/Makefile.lib");
 const BUILTIN_BUILD: &str = include_str!("../../tests/fixtures/kernel-rules/linux-6.12/scripts/Makefile.build");
 
+/// Reads a rules file by its tree-relative name: its path and text, or why it cannot be read.
+type RulesReader<'a> = dyn Fn(&str) -> Result<(PathBuf, String), String> + 'a;
+
 impl Rules {
     /// The rules of Linux 6.12, used when no tree is given.
     pub fn builtin() -> Rules {
@@ -133,7 +136,7 @@ impl Rules {
         Rules::from_texts(&format!("{}/scripts (the tree's own rules)", tree.display()), &read)
     }
 
-    fn from_texts(source: &str, read: &dyn Fn(&str) -> Result<(PathBuf, String), String>) -> (Rules, Diagnostics) {
+    fn from_texts(source: &str, read: &RulesReader) -> (Rules, Diagnostics) {
         let mut diags = Diagnostics::default();
         let mut decisions = BTreeMap::new();
         // Each rules file read and split into logical lines once, for all its mechanisms.
