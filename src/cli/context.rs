@@ -109,6 +109,7 @@ pub fn display(path: &Path) -> String {
 pub fn policy_problem(path: &Path) -> Option<Diagnostic> {
     path.is_dir().then(|| {
         Diagnostic::error(Code::Io, format!("policy `{}` is a directory", path.display()))
+            .at(diagnostic::Location::file(path))
             .hint("pass the policy file itself with `--policy FILE`")
     })
 }
