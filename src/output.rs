@@ -849,6 +849,38 @@ mod tests {
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
+    /// Writes outside a tree (a Cargo manifest, a policy `--out` elsewhere) keep the owner too.
+    #[test]
+    fn a_write_outside_a_tree_keeps_owner_and_group() {
+        use std::os::unix::fs::MetadataExt;
+        assert!(rustix::process::geteuid().is_root(), "giving a file to uid 1234 needs root, as CI runs");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("Cargo.toml");
+        fs::write(&path, "old\n").unwrap();
+        std::os::unix::fs::chown(&path, Some(1234), Some(2345)).unwrap();
+        let change = Change {
+            path: path.clone(),
+            display: "Cargo.toml".into(),
+            old: Some("old\n".into()),
+            new: Some("new\n".into()),
+        };
+        apply(&[change]).unwrap();
+        let m = fs::metadata(&path).unwrap();
+        assert_eq!((m.uid(), m.gid(), fs::read_to_string(&path).unwrap().as_str()), (1234, 2345, "new\n"));
+    }
+
+    #[test]
+    fn a_tree_lock_excludes_a_second_holder_until_dropped_and_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = TreeLock::try_exclusive(dir.path()).unwrap().expect("a fresh tree is free");
+        assert!(TreeLock::try_exclusive(dir.path()).unwrap().is_none());
+        let refused = TreeLock::exclusive(dir.path(), Duration::ZERO).err().expect("held");
+        assert_eq!(refused.code, Code::Locked);
+        drop(held);
+        assert!(TreeLock::try_exclusive(dir.path()).unwrap().is_some());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
     #[test]
     fn diff_names_both_sides() {
         let c = Change {
