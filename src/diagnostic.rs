@@ -61,6 +61,9 @@ pub enum Code {
     BadRevision,
     PolicyRemoved,
     DeletedKbuildFile,
+    Unwritable,
+    ChangedDuringRun,
+    Locked,
 }
 
 impl Code {
@@ -115,6 +118,9 @@ impl Code {
             Code::BadRevision => "bad-revision",
             Code::PolicyRemoved => "policy-removed",
             Code::DeletedKbuildFile => "deleted-kbuild-file",
+            Code::Unwritable => "unwritable",
+            Code::ChangedDuringRun => "changed-during-run",
+            Code::Locked => "locked",
         }
     }
 
@@ -377,7 +383,7 @@ impl Sources {
 
     fn get(&mut self, path: &Path) -> Option<&str> {
         if !self.texts.contains_key(path) {
-            let text = std::fs::read(path).ok()?;
+            let text = crate::input::read(path, crate::input::POLICY_LIMIT).ok()?;
             self.texts.insert(path.to_path_buf(), String::from_utf8_lossy(&text).into_owned());
         }
         self.texts.get(path).map(String::as_str)

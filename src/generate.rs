@@ -49,15 +49,27 @@ pub struct Plan {
     pub before: BTreeMap<String, String>,
 }
 
-/// `Kbuild` shadows `Makefile` in the same directory, as in `scripts/Kbuild.include`.
+/// `Kbuild` shadows `Makefile` in the same directory, as in `scripts/Kbuild.include`. Whatever
+/// stands at the name counts (make's `$(wildcard)` sees a directory or a FIFO too): a FIFO named
+/// `Makefile` is then refused by [`read_kbuild`] for what it is, not reported as missing.
 pub fn kbuild_file(dir: &Path) -> Option<PathBuf> {
-    ["Kbuild", "Makefile"].iter().map(|n| dir.join(n)).find(|p| p.is_file())
+    ["Kbuild", "Makefile"].iter().map(|n| dir.join(n)).find(|p| std::fs::metadata(p).is_ok())
 }
 
-/// Read a kbuild file as UTF-8 with LF endings, or say why it cannot be used.
+/// Read a kbuild file as UTF-8 with LF endings, or say why it cannot be used (not a regular
+/// file, larger than [`crate::input::KBUILD_LIMIT`], unreadable).
 pub fn read_kbuild(path: &Path) -> Result<String, Box<Diagnostic>> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        Box::new(Diagnostic::error(Code::Io, format!("cannot read `{}`: {e}", path.display())).at(Location::file(path)))
+    let bytes = crate::input::read(path, crate::input::KBUILD_LIMIT).map_err(|e| {
+        let hint = match e {
+            crate::input::ReadError::TooLarge { .. } => "no kbuild file is that large: replace it by the real Makefile, or drop the directory's units from the policy",
+            crate::input::ReadError::NotRegular(_) => "Kbuild reads a regular file here: replace it by the directory's real Makefile",
+            _ => "make the file readable, or drop the directory's units from the policy",
+        };
+        Box::new(
+            Diagnostic::error(Code::Io, format!("cannot read `{}`: {e}", path.display()))
+                .at(Location::file(path))
+                .hint(hint),
+        )
     })?;
     decode_kbuild(path, bytes)
 }

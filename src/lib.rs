@@ -1,6 +1,7 @@
 //! sanpolicy: the Linux kernel's sanitizer and coverage exemptions as one declarative policy.
 //!
 //! Pipeline, one module per stage:
+//! - [`input`]: the one way a file is read (regular files only, never blocking, bounded);
 //! - [`mechanism`]: the table of instrumentation mechanisms (data, not code);
 //! - [`policy`]: the policy model and its parsing with spans;
 //! - [`makefile`]: reading kbuild files (assignments, conditionals, comments, generated blocks);
@@ -19,6 +20,7 @@ pub mod diagnostic;
 pub mod emit;
 pub mod generate;
 pub mod import;
+pub mod input;
 pub mod kbuild;
 pub mod makefile;
 pub mod mechanism;

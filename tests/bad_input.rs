@@ -387,7 +387,7 @@ fn cases() -> Vec<Case> {
                 fs::remove_file(t.join(POLICY)).unwrap();
                 fs::create_dir(t.join(POLICY)).unwrap();
             },
-            &[("io", "")],
+            &[("io", "./sanitizer-policy.toml")],
         )
         .says("policy `./sanitizer-policy.toml` is a directory"),
         tree_case("tree does not exist", |_| {}, &[("io", "")]).args(&["--tree", "linux"]).says("tree `linux` does not exist"),

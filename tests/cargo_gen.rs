@@ -270,9 +270,12 @@ fn xtask_needs_a_workspace_and_missing_workspaces_are_bad_input() {
     let code = sanpolicy::cli::main(["cargo xtask".to_string(), "gen-cargo".to_string()], &defaults);
     assert_eq!(code, 2);
     let missing = scratch.path().join("nope");
+    // An empty policy (not `/dev/null`: a device is refused as a policy, being no regular file).
+    let empty = scratch.path().join("empty.toml");
+    std::fs::write(&empty, "").unwrap();
     let run = fixture_tree::run_in(
         scratch.path(),
-        &["gen-cargo", "--workspace", missing.to_str().unwrap(), "--policy", "/dev/null"],
+        &["gen-cargo", "--workspace", missing.to_str().unwrap(), "--policy", empty.to_str().unwrap()],
     );
     assert_eq!(run.code, 2, "{}", run.both());
     assert!(run.stderr.contains("error[workspace]"), "{}", run.stderr);

@@ -1,6 +1,6 @@
-//! Faults while writing: a run that fails, or is killed, part-way must leave every file either
-//! wholly old or wholly new, and a failure before the first rename must change nothing at all
-//! (no file, no mode, no temporary file, no directory). Faults are injected at every step of
+//! Faults while writing: a run that is killed part-way must leave every file either wholly old
+//! or wholly new, and a failure at any step, before or during the renames, must change nothing
+//! at all (no file, no mode, no temporary file, no directory: renamed files are put back). Faults are injected at every step of
 //! `output::apply_with`, both as errors from its hook and as real file-system sabotage (root
 //! ignores permission bits, so a path is made unusable instead: a file where a directory
 //! belongs, a directory where a file is renamed to); the kill is a child process exiting
@@ -83,26 +83,25 @@ fn a_failure_while_staging_changes_nothing() {
 }
 
 #[test]
-fn a_failure_while_renaming_leaves_each_file_old_or_new() {
+fn a_failure_while_renaming_puts_back_the_files_renamed() {
     for n in 0..3 {
         let tree = Tree::new("mechanisms", V6_12);
         let changes = planned(tree.path());
+        let before = tree.fingerprint();
         let error = output::apply_with(&changes, &mut fail_at("commit", n)).unwrap_err();
-        let expected: Vec<&str> = (0..3).map(|i| if i < n { "new" } else { "old" }).collect();
-        assert_eq!(states(&changes), expected, "failure renaming file {n}");
-        assert_eq!(temporaries(tree.path()), Vec::<String>::new());
-        // The error says what was written already.
-        for c in &changes[..n] {
-            assert!(error.to_string().contains(&c.display), "{error}");
-        }
-        // Rerunning finishes the job.
+        assert!(error.to_string().contains("rolled back: nothing was written"), "{error}");
+        assert!(error.to_string().contains(&changes[n].display), "{error}");
+        assert_eq!(states(&changes), ["old"; 3], "failure renaming file {n}");
+        assert_unchanged(&before, &tree.fingerprint(), &format!("failure renaming file {n}"));
+        // Rerunning does the job.
         output::apply(&changes).unwrap();
         assert_eq!(states(&changes), ["new"; 3]);
     }
 }
 
 /// Real faults: the `n`-th file's directory turns into a file just before staging it, or its
-/// path turns into a non-empty directory just before the rename.
+/// path turns into a non-empty directory just before the rename (the files renamed before it are
+/// put back, and the directory is left alone).
 #[test]
 fn real_file_system_faults_part_way() {
     for n in 0..3 {
@@ -147,10 +146,11 @@ fn real_file_system_faults_part_way() {
         })
         .unwrap_err();
         assert!(error.to_string().contains(&changes[n].display), "{error}");
+        assert!(error.to_string().contains("[changed-during-run]"), "{error}");
+        assert!(target.join("keep").exists(), "the directory that replaced file {n} was touched");
         fs::remove_dir_all(&target).unwrap();
         fs::write(&target, changes[n].old.as_deref().unwrap()).unwrap();
-        let expected: Vec<&str> = (0..3).map(|i| if i < n { "new" } else { "old" }).collect();
-        assert_eq!(states(&changes), expected, "file {n} replaced by a directory before its rename");
+        assert_eq!(states(&changes), ["old"; 3], "file {n} replaced by a directory before its rename");
         assert_eq!(temporaries(tree.path()), Vec::<String>::new());
     }
 }
@@ -231,9 +231,10 @@ fn a_run_killed_part_way_leaves_each_file_old_or_new() {
         // Steps 0-2 stage the three files, steps 3-5 rename them one by one.
         let expected: Vec<&str> = (0..3).map(|i| if n > 3 + i { "new" } else { "old" }).collect();
         assert_eq!(states(&changes), expected, "killed at step {n}");
-        // Staged files not renamed yet stay behind as temporary files, and nothing else.
+        // Staged files stay behind as temporary files, and nothing else: those not renamed yet,
+        // and for each file renamed, its old version (kept for a rollback until the run ends).
         let left = temporaries(tree.path());
-        assert_eq!(left.len(), n.min(3) - n.saturating_sub(3), "killed at step {n}: {left:?}");
+        assert_eq!(left.len(), n.min(3), "killed at step {n}: {left:?}");
         output::apply(&changes).unwrap();
         assert_eq!(states(&changes), ["new"; 3], "rerun after a kill at step {n}");
         // The rerun also removed what the killed run left.

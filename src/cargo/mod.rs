@@ -119,7 +119,7 @@ pub fn plan(policy: &Policy, policy_path: &Path, dir: &Path, options: &Options) 
         return Ok(CargoPlan { workspace, profiles: tables, change: None, scan, generic, diags });
     }
     findings(&profiles, &resolved, &scan, &mut diags);
-    let old = match std::fs::read_to_string(&workspace.manifest) {
+    let old = match crate::input::read_to_string(&workspace.manifest, crate::input::SOURCE_LIMIT) {
         Ok(t) => t,
         Err(e) => {
             diags.push(

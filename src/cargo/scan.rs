@@ -82,7 +82,7 @@ fn rust_files(package: &Package) -> Vec<PathBuf> {
 }
 
 fn scan_file(package: &Package, path: &Path, out: &mut Scan) {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::input::read_to_string(path, crate::input::SOURCE_LIMIT) {
         Ok(t) => t,
         Err(e) => {
             out.diags.push(

@@ -10,6 +10,7 @@ use super::{Defaults, EXIT_BAD_INPUT};
 use crate::diagnostic::{self, Code, Diagnostic, Diagnostics, Sources};
 use crate::generate::{self, Plan};
 use crate::kbuild::Rules;
+use crate::output::{self, Change, TreeLock, LOCK_WAIT};
 use crate::policy::{self, Policy};
 use crate::review::effective;
 
@@ -168,6 +169,7 @@ pub fn display(path: &Path) -> String {
 pub fn policy_problem(path: &Path) -> Option<Diagnostic> {
     path.is_dir().then(|| {
         Diagnostic::error(Code::Io, format!("policy `{}` is a directory", path.display()))
+            .at(diagnostic::Location::file(path))
             .hint("pass the policy file itself with `--policy FILE`")
     })
 }
@@ -199,4 +201,40 @@ pub fn rules_for_tree(tree: &Path, ui: &mut Ui) -> Result<Rules, u8> {
         return Err(EXIT_BAD_INPUT);
     }
     Ok(rules)
+}
+
+/// The write lock on `tree`, for a command about to write into it: taken before anything is
+/// read, so two runs never plan from the same old text. While another run holds it, says so and
+/// waits (up to [`LOCK_WAIT`]). `None` without a usable tree (the command reports the tree).
+pub fn lock_tree(tree: Option<&Path>, ui: &mut Ui) -> Result<Option<TreeLock>, u8> {
+    let Some(tree) = tree.filter(|t| t.is_dir()) else { return Ok(None) };
+    let lock = match TreeLock::try_exclusive(tree) {
+        Ok(None) => {
+            eprintln!(
+                "waiting for another sanpolicy run on `{}` to finish (at most {} s)",
+                display(tree),
+                LOCK_WAIT.as_secs()
+            );
+            TreeLock::exclusive(tree, LOCK_WAIT)
+        }
+        Ok(Some(lock)) => Ok(lock),
+        Err(d) => Err(d),
+    };
+    lock.map(Some).map_err(|d| {
+        ui.report(&Diagnostics(vec![*d]));
+        EXIT_BAD_INPUT
+    })
+}
+
+/// Write `changes` (through the tree's handle when the tree is locked); a failure is reported
+/// with its code and path.
+pub fn write(lock: Option<&TreeLock>, changes: &[Change], ui: &mut Ui) -> Result<(), u8> {
+    let written = match lock {
+        Some(lock) => lock.apply(changes),
+        None => output::apply(changes),
+    };
+    written.map(|_| ()).map_err(|e| {
+        ui.report(&Diagnostics(vec![e.diagnostic().clone()]));
+        EXIT_BAD_INPUT
+    })
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::context::{base_for, display, inputs, plan_with_snapshot, CommonArgs, Ui};
+use super::context::{base_for, display, inputs, lock_tree, plan_with_snapshot, write, CommonArgs, Ui};
 use crate::diagnostic::Diagnostics;
 use super::{summary, Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
 use crate::output;
@@ -34,6 +34,10 @@ pub struct GenArgs {
 }
 
 pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+    // Writing into a tree holds its lock from before the first read until written.
+    let tree = args.common.tree.clone().or_else(|| super::context::default_tree(defaults));
+    let tree = tree.filter(|_| !args.check && args.out.is_none());
+    let Ok(lock) = lock_tree(tree.as_deref(), ui) else { return EXIT_BAD_INPUT };
     let Ok(inputs) = inputs(&args.common, defaults, args.out.is_none(), ui) else { return EXIT_BAD_INPUT };
     if args.strict {
         let placeholders = crate::check::placeholder_errors(&inputs.policy);
@@ -103,8 +107,7 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         eprintln!("error: nothing was written");
         return EXIT_BAD_INPUT;
     }
-    if let Err(e) = output::apply(&plan.changes) {
-        eprintln!("error: writing failed: {e}");
+    if write(lock.as_ref(), &plan.changes, ui).is_err() {
         return EXIT_BAD_INPUT;
     }
     let target = inputs

@@ -65,7 +65,7 @@ pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> 
         }
     };
     let path = dir.join("pre-commit");
-    if let Ok(existing) = std::fs::read_to_string(&path) {
+    if let Ok(existing) = crate::input::read_to_string(&path, crate::input::SOURCE_LIMIT) {
         if !existing.contains(hook::HOOK_MARKER) && !args.force {
             ui.report(&Diagnostics(vec![Diagnostic::error(
                 Code::Io,

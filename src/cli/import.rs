@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::context::{display, rules_for_tree, Ui};
+use super::context::{display, lock_tree, rules_for_tree, write, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::review::effective;
@@ -44,9 +44,13 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         eprintln!("error: `import` needs `--tree DIR`");
         return EXIT_BAD_INPUT;
     };
-    let Ok(rules) = rules_for_tree(&tree, ui) else { return EXIT_BAD_INPUT };
     let out = args.out.clone().unwrap_or_else(|| tree.join(&Defaults::binary().policy));
     let to_stdout = out.as_os_str() == "-";
+    // A run that writes holds the tree's lock from before the first read until written.
+    let Ok(lock) = lock_tree(Some(tree.as_path()).filter(|_| args.adopt || !to_stdout), ui) else {
+        return EXIT_BAD_INPUT;
+    };
+    let Ok(rules) = rules_for_tree(&tree, ui) else { return EXIT_BAD_INPUT };
     if !to_stdout && out.exists() && !args.force {
         ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, format!("`{}` already exists", out.display()))
             .hint("pass `--force` to overwrite it, or `--out FILE`")]));
@@ -67,7 +71,7 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         changes.push(output::Change {
             path: out.clone(),
             display: display(&out),
-            old: std::fs::read_to_string(&out).ok(),
+            old: crate::input::read_to_string(&out, crate::input::POLICY_LIMIT).ok(),
             new: Some(text.clone()),
         });
         // The policy's effective-instrumentation snapshot starts out in sync, as gen-makefiles keeps it.
@@ -89,8 +93,7 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     if to_stdout {
         out!("{text}");
     }
-    if let Err(e) = output::apply(&changes) {
-        eprintln!("error: writing failed: {e}");
+    if write(lock.as_ref(), &changes, ui).is_err() {
         return EXIT_BAD_INPUT;
     }
     let placeholders = scan.units.iter().filter(|u| u.reasons.is_empty()).count();

@@ -2,11 +2,11 @@
 
 use clap::Args;
 
-use super::context::{base_for, display, inputs, plan_with_snapshot, CommonArgs, Ui};
+use super::context::{base_for, display, inputs, lock_tree, plan_with_snapshot, write, CommonArgs, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
 use crate::check::drift::Base;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
-use crate::output::{self, Change};
+use crate::output::Change;
 use crate::review::effective;
 use crate::{import, policy};
 
@@ -20,6 +20,9 @@ pub struct SyncArgs {
 }
 
 pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+    // Held from before the first read until the policy is written: no run interleaves.
+    let tree = args.common.tree.clone().or_else(|| super::context::default_tree(defaults)).filter(|_| !args.check);
+    let Ok(lock) = lock_tree(tree.as_deref(), ui) else { return EXIT_BAD_INPUT };
     let Ok(inputs) = inputs(&args.common, defaults, true, ui) else { return EXIT_BAD_INPUT };
     let Some(tree) = inputs.tree.clone() else {
         eprintln!("error: `sync` needs a kernel tree: pass `--tree DIR`");
@@ -76,8 +79,7 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         eprintln!("{}", if stale { "the policy is behind the tree: run `sanpolicy sync`" } else { "the policy is in sync with the tree" });
         return if stale { super::EXIT_FINDINGS } else { EXIT_OK };
     }
-    if let Err(e) = output::apply(&changes) {
-        eprintln!("error: writing failed: {e}");
+    if write(lock.as_ref(), &changes, ui).is_err() {
         return EXIT_BAD_INPUT;
     }
     let _ = tree;

@@ -76,8 +76,10 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
     let mut out = Scan::default();
     let mut units: Vec<ImportedUnit> = Vec::new();
     let mut index: HashMap<(String, Option<String>, Vec<String>), usize> = HashMap::new();
-    let (files, read) = makefile::read_kbuild_files(tree, &needles);
+    let walk = makefile::walk_kbuild_files(tree, &needles);
+    let (files, read) = (walk.files, walk.read);
     out.files_read = read;
+    out.diags.extend(walk.skipped);
     for (path, bytes) in files {
         let text = match decode_kbuild(&path, bytes) {
             Ok(t) => t,
@@ -189,7 +191,9 @@ fn variable_values(tree: &Path, dir: &str, parsed: &KbuildFile, var: &str) -> Ve
     let mut values = assigned_values(parsed, var);
     if values.is_empty() {
         if let Some(arch) = dir.strip_prefix("arch/").and_then(|r| r.split('/').next()) {
-            if let Ok(t) = std::fs::read_to_string(tree.join("arch").join(arch).join("Makefile")) {
+            if let Ok(t) =
+                crate::input::read_to_string(&tree.join("arch").join(arch).join("Makefile"), crate::input::KBUILD_LIMIT)
+            {
                 values = assigned_values(&makefile::parse(&t), var);
             }
         }

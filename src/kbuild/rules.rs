@@ -107,13 +107,16 @@ pub struct Rules {
 const BUILTIN_LIB: &str = include_str!("../../tests/fixtures/kernel-rules/linux-6.12/scripts/Makefile.lib");
 const BUILTIN_BUILD: &str = include_str!("../../tests/fixtures/kernel-rules/linux-6.12/scripts/Makefile.build");
 
+/// Reads a rules file by its tree-relative name: its path and text, or why it cannot be read.
+type RulesReader<'a> = dyn Fn(&str) -> Result<(PathBuf, String), String> + 'a;
+
 impl Rules {
     /// The rules of Linux 6.12, used when no tree is given.
     pub fn builtin() -> Rules {
         let read = |file: &str| match file {
-            "scripts/Makefile.lib" => Some((PathBuf::from(file), BUILTIN_LIB.to_string())),
-            "scripts/Makefile.build" => Some((PathBuf::from(file), BUILTIN_BUILD.to_string())),
-            _ => None,
+            "scripts/Makefile.lib" => Ok((PathBuf::from(file), BUILTIN_LIB.to_string())),
+            "scripts/Makefile.build" => Ok((PathBuf::from(file), BUILTIN_BUILD.to_string())),
+            _ => Err("not built in".to_string()),
         };
         let (rules, diags) = Rules::from_texts("built-in Linux 6.12 rules", &read);
         debug_assert!(diags.is_empty(), "{diags:?}");
@@ -124,26 +127,33 @@ impl Rules {
     pub fn from_tree(tree: &Path) -> (Rules, Diagnostics) {
         let read = |file: &str| {
             let path = tree.join(file);
-            std::fs::read_to_string(&path).ok().map(|t| (path, t))
+            // Through `input`: a FIFO or `/dev/zero` here must not hang or fill memory.
+            match crate::input::read_to_string(&path, crate::input::KBUILD_LIMIT) {
+                Ok(t) => Ok((path, t)),
+                Err(e) => Err(e.to_string()),
+            }
         };
         Rules::from_texts(&format!("{}/scripts (the tree's own rules)", tree.display()), &read)
     }
 
-    fn from_texts(source: &str, read: &dyn Fn(&str) -> Option<(PathBuf, String)>) -> (Rules, Diagnostics) {
+    fn from_texts(source: &str, read: &RulesReader) -> (Rules, Diagnostics) {
         let mut diags = Diagnostics::default();
         let mut decisions = BTreeMap::new();
         // Each rules file read and split into logical lines once, for all its mechanisms.
-        let mut cache: BTreeMap<&str, Option<(PathBuf, LogicalLines)>> = BTreeMap::new();
+        let mut cache: BTreeMap<&str, Result<(PathBuf, LogicalLines), String>> = BTreeMap::new();
         for id in MechId::all() {
             let m = id.get();
             let entry =
                 cache.entry(m.rules_file).or_insert_with(|| read(m.rules_file).map(|(p, t)| (p, logical_lines(&t))));
-            let Some((path, lines)) = entry else {
-                diags.push(
-                    Diagnostic::error(Code::Rules, format!("cannot read `{}`", m.rules_file))
-                        .hint("point `--tree` at the top of a Linux source tree"),
-                );
-                continue;
+            let (path, lines) = match entry {
+                Ok(found) => found,
+                Err(why) => {
+                    diags.push(
+                        Diagnostic::error(Code::Rules, format!("cannot read `{}`: {why}", m.rules_file))
+                            .hint("point `--tree` at the top of a Linux source tree"),
+                    );
+                    continue;
+                }
             };
             match find_decision(id, lines) {
                 Some(Ok((mut d, line))) => {
@@ -159,7 +169,7 @@ impl Rules {
                 None => {} // this kernel does not read the variable (e.g. UBSAN_SIGNED_WRAP before 6.12)
             }
         }
-        if cache.values().any(Option::is_none) {
+        if cache.values().any(Result::is_err) {
             decisions.clear();
         }
         let reads = MechId::all().map(|id| (id, read_by(decisions.get(&id), id))).collect();

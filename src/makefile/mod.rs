@@ -8,7 +8,7 @@ mod tree;
 
 pub use condition::{CondKind, Condition};
 pub use directive::{classify, is_plain_flag, unmodelled, Directive, DirectiveValue};
-pub use tree::{is_kbuild_name, read_kbuild_files};
+pub use tree::{is_kbuild_name, read_kbuild_files, walk_kbuild_files, Walk};
 
 /// Assignment operators of GNU make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

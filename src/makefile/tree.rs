@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 
 use walkdir::WalkDir;
 
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+use crate::input::{self, KBUILD_LIMIT};
+
 /// Top-level directories that hold no Kbuild rules for the kernel proper.
 const SKIPPED_TOP: &[&str] = &[".git", "Documentation", "tools"];
 
@@ -19,9 +22,28 @@ pub fn is_kbuild_name(name: &str) -> bool {
 
 /// Kbuild files under `tree` with their bytes, sorted by path, keeping only files that contain
 /// one of `needles` (all files when there are none); also the number of kbuild files read.
-/// The tree is split at its second level and walked by one walkdir per piece on every core,
-/// since a kernel tree has ~90k entries.
+/// Files that cannot be read safely are left out (see [`walk_kbuild_files`] for why).
 pub fn read_kbuild_files(tree: &Path, needles: &[&str]) -> (Vec<(PathBuf, Vec<u8>)>, usize) {
+    let walk = walk_kbuild_files(tree, needles);
+    (walk.files, walk.read)
+}
+
+/// What a walk over a tree's kbuild files found.
+#[derive(Debug, Default)]
+pub struct Walk {
+    /// Kbuild files holding one of the needles, with their bytes, sorted by path.
+    pub files: Vec<(PathBuf, Vec<u8>)>,
+    /// How many kbuild files were read.
+    pub read: usize,
+    /// One warning per file skipped: larger than [`KBUILD_LIMIT`], or no longer a regular file
+    /// when opened. Nobody named these files, so they are skipped rather than refused.
+    pub skipped: Diagnostics,
+}
+
+/// [`read_kbuild_files`] with the files it skipped. The tree is split at its second level and
+/// walked by one walkdir per piece on every core, since a kernel tree has ~90k entries.
+pub fn walk_kbuild_files(tree: &Path, needles: &[&str]) -> Walk {
+    let skipped = std::sync::Mutex::new(Diagnostics::default());
     let finders: Vec<memchr::memmem::Finder> =
         needles.iter().map(|n| memchr::memmem::Finder::new(n.as_bytes())).collect();
     let read = std::sync::atomic::AtomicUsize::new(0);
@@ -52,7 +74,7 @@ pub fn read_kbuild_files(tree: &Path, needles: &[&str]) -> (Vec<(PathBuf, Vec<u8
                     while let Some(dir) = queue.lock().ok().and_then(|mut q| q.pop()) {
                         for entry in WalkDir::new(dir).into_iter().filter_map(Result::ok) {
                             if entry.file_type().is_file() && entry.file_name().to_str().is_some_and(is_kbuild_name) {
-                                if let Ok(bytes) = std::fs::read(entry.path()) {
+                                if let Ok(bytes) = read_bounded(entry.path(), &skipped) {
                                     if wanted(&bytes) {
                                         out.push((entry.into_path(), bytes));
                                     }
@@ -67,14 +89,33 @@ pub fn read_kbuild_files(tree: &Path, needles: &[&str]) -> (Vec<(PathBuf, Vec<u8
         handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
     });
     for path in shallow {
-        if let Ok(bytes) = std::fs::read(&path) {
+        if let Ok(bytes) = read_bounded(&path, &skipped) {
             if wanted(&bytes) {
                 found.push((path, bytes));
             }
         }
     }
     found.sort_by(|a, b| a.0.cmp(&b.0));
-    (found, read.into_inner())
+    let mut skipped = skipped.into_inner().unwrap_or_default();
+    skipped.0.sort_by(|a, b| a.location.as_ref().map(|l| &l.path).cmp(&b.location.as_ref().map(|l| &l.path)));
+    Walk { files: found, read: read.into_inner(), skipped }
+}
+
+/// A walked file's bytes through [`crate::input`]; a file that cannot be read that way is noted
+/// in `skipped` (a file that vanished since the directory was listed is not worth a warning).
+fn read_bounded(path: &Path, skipped: &std::sync::Mutex<Diagnostics>) -> Result<Vec<u8>, ()> {
+    input::read(path, KBUILD_LIMIT).map_err(|e| {
+        if !e.is_missing() {
+            let warning = Diagnostic::warning(Code::Io, format!("skipped `{}`: it {e}", path.display()))
+                .at(Location::file(path))
+                .hint(
+                    "no kbuild file is that large or of that kind: replace it by a regular Makefile if Kbuild reads it",
+                );
+            if let Ok(mut s) = skipped.lock() {
+                s.push(warning);
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ const REQUIRE_KEYS: &[&str] = &["path", "exempt", "except", "why", "links"];
 
 /// Read and parse the policy at `path` and the files it includes.
 pub fn load(path: &Path) -> (Policy, Diagnostics) {
-    load_from(path, &|p| std::fs::read(p), true)
+    load_from(path, &|p| Ok(crate::input::read(p, crate::input::POLICY_LIMIT)?), true)
 }
 
 /// Reads file contents for the parser: the filesystem, or another source such as a git revision.
@@ -69,7 +69,7 @@ pub fn parse_str(path: &Path, text: &str) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
     let mut includes = Includes::new(path, true);
-    parse_file(path, text, &mut policy, &mut diags, &mut includes, &|p| std::fs::read(p));
+    parse_file(path, text, &mut policy, &mut diags, &mut includes, &|p| Ok(crate::input::read(p, crate::input::POLICY_LIMIT)?));
     add_builtin_requirements(&mut policy, &mut diags);
     check_duplicates(&policy, &mut diags);
     (policy, diags)

@@ -171,7 +171,7 @@ pub fn snapshot_change(
     let display = path.display().to_string();
     crate::output::Change {
         display,
-        old: std::fs::read_to_string(path).ok(),
+        old: crate::input::read_to_string(path, crate::input::POLICY_LIMIT).ok(),
         new: Some(text),
         path: path.to_path_buf(),
     }
