@@ -5,7 +5,8 @@ use std::path::Path;
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::generate::{kbuild_file, read_kbuild, Plan};
-use crate::kbuild::{configs, DecidedBy, Rules};
+use crate::kbuild::dotconfig::DotConfig;
+use crate::kbuild::{arch, configs, DecidedBy, Rules};
 use crate::makefile::{self, KbuildFile};
 use crate::mechanism::MechId;
 use crate::policy::{expand_variants, Policy, Requirement};
@@ -13,6 +14,17 @@ use crate::policy::{expand_variants, Policy, Requirement};
 /// Every check; `tree` is `None` when only the policy is checked (the plan then holds the
 /// rendered fragments).
 pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan) -> Diagnostics {
+    run_for(policy, rules, tree, plan, None)
+}
+
+/// [`run`], with the requirements judged for the build of `config` (a kernel `.config`) when given.
+pub fn run_for(
+    policy: &Policy,
+    rules: &Rules,
+    tree: Option<&Path>,
+    plan: &Plan,
+    config: Option<&DotConfig>,
+) -> Diagnostics {
     let mut diags = Diagnostics::default();
     unread_mechanisms(policy, rules, &mut diags);
     placeholder_reasons(policy, &mut diags);
@@ -21,7 +33,7 @@ pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan) -> 
         outside_directives(plan, &mut diags);
     }
     for req in &policy.requirements {
-        requirement(req, rules, tree, plan, &mut diags);
+        requirement(req, rules, tree, plan, config, &mut diags);
     }
     diags
 }
@@ -164,34 +176,58 @@ fn file_for<'p>(dir: &str, tree: Option<&Path>, plan: &'p Plan) -> std::borrow::
     std::borrow::Cow::Owned(text.map(|t| makefile::parse(&t)).unwrap_or_default())
 }
 
-fn requirement(req: &Requirement, rules: &Rules, tree: Option<&Path>, plan: &Plan, diags: &mut Diagnostics) {
+fn requirement(
+    req: &Requirement,
+    rules: &Rules,
+    tree: Option<&Path>,
+    plan: &Plan,
+    config: Option<&DotConfig>,
+    diags: &mut Diagnostics,
+) {
     let dir = &req.path.kbuild_dir;
     let file = file_for(dir, tree, plan);
     for (id, loc) in &req.exempt {
-        if let Some(failure) = first_instrumented(req, *id, &file, rules) {
-            let mut message =
-                format!("`{}` must be exempt from `{id}` but {} is instrumented", req.path.text, failure.object);
-            if !failure.conditions.is_empty() {
-                message.push_str(&format!(" when {}", failure.conditions.join(" and ")));
-            }
-            let (cause, fix) = match &failure.decided_by {
-                DecidedBy::Object(v) => (
-                    format!("`{v}` turns it back on"),
-                    format!("drop the per-object `{v}` setting (a `force`), or list the object in `except` if it must stay instrumented"),
-                ),
-                DecidedBy::Directory(v) => (format!("directory value `{v}` turns it on"), format!("skip `{id}` for the object or drop the directory's `force`")),
-                _ => (
-                    "nothing exempts it, so the kernel default applies".to_string(),
-                    format!("add `{id}` to `skip` of the unit for `{}` (or of its directory)", req.path.text),
-                ),
-            };
-            diags.push(
-                Diagnostic::error(Code::RecursionProne, message)
+        let failure = match first_instrumented(req, *id, &file, rules, tree, config) {
+            Ok(Some(failure)) => failure,
+            Ok(None) => continue,
+            Err(limit) => {
+                diags.push(
+                    Diagnostic::error(
+                        Code::RecursionProne,
+                        format!("cannot prove `{}` exempt from `{id}`: {limit}", req.path.text),
+                    )
                     .at(loc.clone())
-                    .label(cause)
-                    .hint(format!("{fix}: {}", req.why.lines().next().unwrap_or(""))),
-            );
+                    .label("too many configurations to enumerate; the requirement is not taken as holding")
+                    .hint(format!("pass `--config FILE` (a kernel .config) to judge the requirement for that build, or exempt `{}` unconditionally", req.path.text)),
+                );
+                continue;
+            }
+        };
+        let mut message =
+            format!("`{}` must be exempt from `{id}` but {} is instrumented", req.path.text, failure.object);
+        if !failure.conditions.is_empty() {
+            message.push_str(&format!(" when {}", failure.conditions.join(" and ")));
         }
+        if config.is_some() {
+            message.push_str(" in this configuration");
+        }
+        let (cause, fix) = match &failure.decided_by {
+            DecidedBy::Object(v) => (
+                format!("`{v}` turns it back on"),
+                format!("drop the per-object `{v}` setting (a `force`), or list the object in `except` if it must stay instrumented"),
+            ),
+            DecidedBy::Directory(v) => (format!("directory value `{v}` turns it on"), format!("skip `{id}` for the object or drop the directory's `force`")),
+            _ => (
+                "nothing exempts it, so the kernel default applies".to_string(),
+                format!("add `{id}` to `skip` of the unit for `{}` (or of its directory)", req.path.text),
+            ),
+        };
+        diags.push(
+            Diagnostic::error(Code::RecursionProne, message)
+                .at(loc.clone())
+                .label(cause)
+                .hint(format!("{fix}: {}", req.why.lines().next().unwrap_or(""))),
+        );
     }
 }
 
@@ -201,25 +237,47 @@ struct Failure {
     decided_by: DecidedBy,
 }
 
-/// Walk every configuration (see `kbuild::configs`) and find one where an object is instrumented.
-fn first_instrumented(req: &Requirement, id: MechId, file: &KbuildFile, rules: &Rules) -> Option<Failure> {
+/// Walk every configuration of the symbols that can decide each object (see `kbuild::configs`),
+/// or the one build of `config`, and find an object that is instrumented. Each object is
+/// walked over its own symbols, with `$(BITS)`-style names expanded as Kbuild does.
+fn first_instrumented(
+    req: &Requirement,
+    id: MechId,
+    file: &KbuildFile,
+    rules: &Rules,
+    tree: Option<&Path>,
+    config: Option<&DotConfig>,
+) -> Result<Option<Failure>, configs::Limit> {
     let mut objects: Vec<String> = match &req.path.object {
         Some(o) => vec![o.clone()],
         None => {
             let mut v = vec![crate::kbuild::ANY_OBJECT.to_string()];
             v.extend(
                 file.directives()
-                    .filter(|(_, d)| d.mech == id)
+                    .filter(|(_, d)| rules.reads(id).contains(&d.mech))
                     .filter_map(|(_, d)| d.object.clone())
                     .filter(|o| !o.contains('$') && !req.except.contains(o)),
             );
             v
         }
     };
+    objects.sort();
     objects.dedup();
-    let rows = configs::Prepared::new(file, &[]).across(rules, id, &objects, true)?;
-    let (object, outcome) = rows.iter().find_map(|row| objects.iter().zip(row).find(|(_, o)| o.eval.on))?;
-    let conditions = outcome.guards.iter().map(|(g, v)| format!("`{g}` is {v}")).collect();
-    let object = if req.path.object.is_some() { "it".to_string() } else { format!("`{}{object}`", req.path.text) };
-    Some(Failure { object, conditions, decided_by: outcome.eval.decided_by.clone() })
+    for object in &objects {
+        let preset = arch::preset(tree, &req.path.kbuild_dir, file, object, config);
+        let mut prepared = match config {
+            Some(c) => configs::Prepared::with_config(file, &preset, c),
+            None => configs::Prepared::new(file, &preset),
+        };
+        let Some(outcomes) = prepared.outcomes(rules, id, object, true)? else { return Ok(None) };
+        let Some(outcome) = outcomes.iter().find(|o| o.eval.on) else { continue };
+        let conditions = outcome
+            .symbols
+            .iter()
+            .map(|(s, v)| if v.is_empty() { format!("`{s}` is not set") } else { format!("`{s}={v}`") })
+            .collect();
+        let object = if req.path.object.is_some() { "it".to_string() } else { format!("`{}{object}`", req.path.text) };
+        return Ok(Some(Failure { object, conditions, decided_by: outcome.eval.decided_by.clone() }));
+    }
+    Ok(None)
 }

@@ -47,6 +47,7 @@ pub enum Code {
     BadReason,
     ConflictingUnits,
     Symlink,
+    BadConfig,
 }
 
 impl Code {
@@ -87,6 +88,7 @@ impl Code {
             Code::BadReason => "bad-reason",
             Code::ConflictingUnits => "conflicting-units",
             Code::Symlink => "symlink",
+            Code::BadConfig => "bad-config",
         }
     }
 

@@ -20,6 +20,9 @@ pub struct CheckArgs {
     /// drift of the generated profile tables. Without `--tree`, no kernel tree is read.
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<std::path::PathBuf>,
+    /// A kernel `.config`: judge the requirements for that build instead of every configuration.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
@@ -29,9 +32,16 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     let with_tree = args.workspace.is_none() || args.common.tree.is_some();
     let Ok(inputs) = inputs(&common, defaults, with_tree, ui) else { return EXIT_BAD_INPUT };
+    let config = match args.config.as_deref().map(super::dotconfig::read).transpose() {
+        Ok(c) => c,
+        Err(d) => {
+            ui.report(&crate::diagnostic::Diagnostics(vec![d]));
+            return EXIT_BAD_INPUT;
+        }
+    };
     let plan = plan_for(&inputs, None, defaults, false, true);
     let mut diags = plan.diags.clone();
-    diags.extend(check::run(&inputs.policy, &inputs.rules, inputs.tree.as_deref(), &plan));
+    diags.extend(check::run_for(&inputs.policy, &inputs.rules, inputs.tree.as_deref(), &plan, config.as_ref()));
     if args.strict {
         // One error per placeholder replaces the summary warning.
         diags.0.retain(|d| d.code != Code::PlaceholderReason);
