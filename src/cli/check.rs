@@ -35,7 +35,7 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let config = match args.config.as_deref().map(super::dotconfig::read).transpose() {
         Ok(c) => c,
         Err(d) => {
-            ui.report(&crate::diagnostic::Diagnostics(vec![d]));
+            ui.report(&d);
             return EXIT_BAD_INPUT;
         }
     };

@@ -37,7 +37,7 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let config = match args.config.as_deref().map(super::dotconfig::read).transpose() {
         Ok(c) => c,
         Err(d) => {
-            ui.report(&Diagnostics(vec![d]));
+            ui.report(&d);
             return EXIT_BAD_INPUT;
         }
     };

@@ -213,6 +213,9 @@ pub type Preset = Vec<(String, String)>;
 /// A run of a file: the mechanism option taken as set, and each symbol's value.
 type RunKey = (&'static str, Vec<(String, String)>);
 
+/// Assignment indices by assigned name, and those whose name holds a reference.
+type Assigns = (HashMap<String, Vec<usize>>, Vec<usize>);
+
 /// The symbols one object's state depends on, each with the values that can tell apart.
 type Symbols = Vec<(String, Vec<String>)>;
 
@@ -226,7 +229,7 @@ pub struct Prepared<'f> {
     lines: HashMap<MechId, Lines>,
     runs: HashMap<RunKey, Env>,
     /// Assignments by the variable name they assign; names with a reference are in `dynamic`.
-    assigns: Option<(HashMap<String, Vec<usize>>, Vec<usize>)>,
+    assigns: Option<Assigns>,
     /// Per assignment, the conditions deciding whether it runs.
     guards: Option<Vec<Vec<Condition>>>,
 }
