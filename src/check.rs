@@ -252,12 +252,19 @@ fn first_instrumented(
         Some(o) => vec![o.clone()],
         None => {
             let mut v = vec![crate::kbuild::ANY_OBJECT.to_string()];
-            v.extend(
-                file.directives()
-                    .filter(|(_, d)| rules.reads(id).contains(&d.mech))
-                    .filter_map(|(_, d)| d.object.clone())
-                    .filter(|o| !o.contains('$') && !req.except.contains(o)),
-            );
+            let named = file
+                .directives()
+                .filter(|(_, d)| rules.reads(id).contains(&d.mech))
+                .filter_map(|(_, d)| d.object.clone());
+            // `head$(BITS).o` is each name the arch Makefile can spell.
+            v.extend(named.flat_map(|o| {
+                if o.contains('$') {
+                    arch::spellings(tree, &req.path.kbuild_dir, &o)
+                } else {
+                    vec![o]
+                }
+            }));
+            v.retain(|o| !req.except.contains(o));
             v
         }
     };

@@ -230,3 +230,23 @@ fn explain_says_what_its_answer_rests_on() {
     let run = run_in(tree.path(), &["explain", "kernel/trace/trace.o"]);
     assert!(!run.stdout.contains("no source"), "{}", run.both());
 }
+
+/// A directory requirement sees `head$(BITS).o` forced back on under each name the arch
+/// Makefile can spell; it was left out, and the directory passed.
+#[test]
+fn a_directory_requirement_sees_bits_names() {
+    let policy = "[[require]]\npath = \"arch/x86/kernel/\"\nexempt = [\"kasan\"]\nwhy = \"test\"\n";
+    let tree = tree_with(&[
+        ("arch/x86/Makefile", "ifeq ($(CONFIG_X86_32),y)\nBITS := 32\nelse\nBITS := 64\nendif\n"),
+        (
+            "arch/x86/kernel/Makefile",
+            "obj-y := head$(BITS).o\nKASAN_SANITIZE := n\nKASAN_SANITIZE_head$(BITS).o := y\n",
+        ),
+        ("arch/x86/kernel/head64.c", ""),
+        ("arch/x86/kernel/head32.c", ""),
+        ("sanitizer-policy.toml", policy),
+    ]);
+    let run = run_in(tree.path(), &["check"]);
+    assert!(run.stderr.contains("`arch/x86/kernel/head"), "{}", run.both());
+    assert_eq!(run.code, 1, "{}", run.both());
+}

@@ -56,6 +56,19 @@ pub fn preset(
     out
 }
 
+/// The names `object` (written with references, `head$(BITS).o`) has in the directory `dir`:
+/// one per value the arch Makefile can give each reference (none when it gives none).
+pub fn spellings(tree: Option<&Path>, dir: &str, object: &str) -> Vec<String> {
+    let Some(arch) = arch_makefile(tree, dir) else { return Vec::new() };
+    let mut out = vec![object.to_string()];
+    for var in super::configs::references(object) {
+        let (values, reference) = (literal_values(&arch, &var), format!("$({var})"));
+        out = out.iter().flat_map(|o| values.iter().map(|v| o.replace(&reference, v))).collect();
+    }
+    out.retain(|o| !o.contains('$'));
+    out
+}
+
 /// `arch/<arch>/Makefile` of the tree, for a directory under `arch/<arch>/`.
 fn arch_makefile(tree: Option<&Path>, dir: &str) -> Option<KbuildFile> {
     let arch = dir.strip_prefix("arch/")?.split('/').next().filter(|a| !a.is_empty())?;
