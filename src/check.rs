@@ -268,6 +268,12 @@ fn first_instrumented(
             v
         }
     };
+    if let (Some(c), None) = (config, &req.path.object) {
+        // For one build: every object the directory links in it.
+        let preset = arch::preset(tree, &req.path.kbuild_dir, file, crate::kbuild::ANY_OBJECT, config);
+        let built = configs::Prepared::with_config(file, &preset, c).kernel_objects().unwrap_or_default();
+        objects.extend(built.into_iter().filter(|o| !req.except.contains(o)));
+    }
     objects.sort();
     objects.dedup();
     for object in &objects {

@@ -250,3 +250,26 @@ fn a_directory_requirement_sees_bits_names() {
     assert!(run.stderr.contains("`arch/x86/kernel/head"), "{}", run.both());
     assert_eq!(run.code, 1, "{}", run.both());
 }
+
+/// With `--config`, a directory requirement covers every object the directory links in that
+/// build (the stand-in "any object" alone would be a kernel object exempt by the directory).
+#[test]
+fn a_directory_requirement_for_one_build_covers_its_objects() {
+    let makefile =
+        "obj-y := a.o\nobj-$(CONFIG_B) += b.o\nKASAN_SANITIZE := n\nifdef CONFIG_C\nKASAN_SANITIZE_b.o := y\nendif\n";
+    let tree = tree_with(&[
+        ("mm/kasan/a.c", ""),
+        ("mm/kasan/b.c", ""),
+        ("mm/kasan/Makefile", makefile),
+        ("sanitizer-policy.toml", REQUIRE_KASAN_DIR),
+        ("on.config", "CONFIG_KASAN=y\nCONFIG_B=y\nCONFIG_C=y\n"),
+        ("off.config", "CONFIG_KASAN=y\nCONFIG_B=y\n"),
+    ]);
+    let run = run_in(tree.path(), &["check", "--config", "on.config"]);
+    assert!(run.stderr.contains("`mm/kasan/b.o` is instrumented in this configuration"), "{}", run.both());
+    let run = run_in(tree.path(), &["check", "--config", "off.config"]);
+    assert!(!run.stderr.contains("recursion-prone"), "{}", run.both());
+    let run = run_in(tree.path(), &["explain", "--config", "on.config", "mm/kasan/b.o"]);
+    assert_eq!(state_of(&run, "kasan"), "on", "{}", run.both());
+    assert!(run.stdout.contains("a kernel object (obj-y/obj-m/lib-y) in this build"), "{}", run.both());
+}

@@ -258,7 +258,8 @@ impl<'f> Prepared<'f> {
     }
 
     /// The state of `object` over all configurations (with a `.config`: in that build);
-    /// `None` when the tree does not read `id`. Too many configurations give an empty
+    /// `None` when the tree does not read `id`. With a `.config`, `kernel_object` is not used:
+    /// the file's `obj-y`/`obj-m`/`lib-y` under it decide. Too many configurations give an empty
     /// `Depends` (unknown, never `Off`); [`Prepared::try_state`] says why.
     pub fn state(&mut self, rules: &Rules, id: MechId, object: &str, kernel_object: bool) -> Option<State> {
         self.try_state(rules, id, object, kernel_object).unwrap_or(Some(State::Depends(Vec::new())))
@@ -323,6 +324,12 @@ impl<'f> Prepared<'f> {
         self.config?;
         let env = self.run(None, Vec::new());
         Some(is_kernel_object(env, object))
+    }
+
+    /// The objects linked into vmlinux or a module under the `.config` (`None` without one).
+    pub fn kernel_objects(&mut self) -> Option<Vec<String>> {
+        self.config?;
+        Some(kernel_objects(self.run(None, Vec::new())))
     }
 
     fn enumerate(
@@ -438,14 +445,25 @@ impl<'f> Prepared<'f> {
             (by_name, dynamic)
         });
         let mut usage = Usage::default();
-        // The decision expression reads the `*_ALL` switches and any other option.
+        let mut vars_seen: BTreeSet<String> = BTreeSet::new();
+        let mut todo = seeds;
+        // Every assignment that can set `var` joins the lines read.
+        let mut enqueue = |var: String, todo: &mut Vec<usize>| {
+            if vars_seen.insert(var.clone()) {
+                todo.extend(by_name.get(&var).into_iter().flatten());
+                todo.extend(dynamic.iter().filter(|d| could_name(&file.assignments[**d].name, &var)));
+            }
+        };
+        // The decision expression reads the `*_ALL` switches, the object's own variables and
+        // any other (`ccflags-y`, `is-kernel-object`), named for this object.
         if let Some(d) = rules.decision(id) {
-            usage.text(&d.expression);
+            let expression = d.expression.replace(&format!("$({})", d.naming.make_name()), &stem);
+            for var in usage.text(&expression) {
+                enqueue(var, &mut todo);
+            }
         }
         let guards = self.guards.get_or_insert_with(|| guards_of(file));
         let mut seen: BTreeSet<usize> = BTreeSet::new();
-        let mut vars_seen: BTreeSet<String> = BTreeSet::new();
-        let mut todo = seeds;
         while let Some(i) = todo.pop() {
             if !seen.insert(i) {
                 continue;
@@ -457,10 +475,7 @@ impl<'f> Prepared<'f> {
                 refs.extend(usage.condition(c));
             }
             for var in refs {
-                if vars_seen.insert(var.clone()) {
-                    todo.extend(by_name.get(&var).into_iter().flatten());
-                    todo.extend(dynamic.iter().filter(|d| could_name(&file.assignments[**d].name, &var)));
-                }
+                enqueue(var, &mut todo);
             }
         }
         usage.symbols(id.get().config)
@@ -603,9 +618,15 @@ pub(crate) fn references(text: &str) -> Vec<String> {
     out
 }
 
-/// Kbuild's `is-kernel-object`: the object is in `real-obj-y`, `lib-y` or `real-obj-m`
-/// (composite objects replaced by their parts, `foo-objs`/`foo-y`/`foo-m`).
+/// Kbuild's `is-kernel-object`: the object is in `real-obj-y`, `lib-y` or `real-obj-m`.
+/// [`ANY_OBJECT`](super::ANY_OBJECT), standing for any object of the directory, is one.
 fn is_kernel_object(env: &Env, object: &str) -> bool {
+    object == super::ANY_OBJECT || kernel_objects(env).iter().any(|o| o == object)
+}
+
+/// `real-obj-y`, `real-obj-m` and `lib-y` of a run: composite objects replaced by their parts
+/// (`foo-objs`/`foo-y`/`foo-m`), subdirectories left out.
+fn kernel_objects(env: &Env) -> Vec<String> {
     let words = |v: &str| env.value(v).split_whitespace().map(str::to_string).collect::<Vec<_>>();
     let real = |list: Vec<String>, suffixes: &[&str]| -> Vec<String> {
         list.into_iter()
@@ -621,10 +642,13 @@ fn is_kernel_object(env: &Env, object: &str) -> bool {
             .collect()
     };
     let obj_y = words("obj-y");
-    let builtin = real(obj_y.clone(), &["-objs", "-y"]);
-    let module = real(words("obj-m").into_iter().filter(|m| !obj_y.contains(m)).collect(), &["-objs", "-y", "-m"]);
-    let lib = [words("lib-y"), words("lib-m")].concat();
-    builtin.iter().chain(&module).chain(&lib).any(|o| o == object)
+    let mut out = real(obj_y.clone(), &["-objs", "-y"]);
+    out.extend(real(words("obj-m").into_iter().filter(|m| !obj_y.contains(m)).collect(), &["-objs", "-y", "-m"]));
+    out.extend([words("lib-y"), words("lib-m")].concat());
+    out.retain(|o| o.ends_with(".o"));
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Drop symbols whose value never changes the result (for any other value of it), and the
@@ -740,6 +764,7 @@ mod tests {
         assert_eq!(p.kernel_object("p.o"), Some(true), "part of a composite");
         assert_eq!(p.kernel_object("c.o"), Some(false), "the composite itself is linked, not compiled");
         assert_eq!(p.state(&rules, id, "z.o", true), Some(State::Off), "not a kernel object in this build");
+        assert_eq!(p.kernel_objects().unwrap(), ["a.o", "m.o", "p.o", "q.o"]);
         let x = DotConfig::parse("CONFIG_KASAN=y\nCONFIG_X=y\n").unwrap();
         assert_eq!(Prepared::with_config(&file, &[], &x).state(&rules, id, "a.o", true), Some(State::Off));
         let none = DotConfig::parse("CONFIG_X=y\n").unwrap();
