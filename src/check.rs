@@ -13,7 +13,8 @@ use std::path::Path;
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::generate::{kbuild_file, read_kbuild, Plan};
-use crate::kbuild::{configs, DecidedBy, Rules};
+use crate::kbuild::dotconfig::DotConfig;
+use crate::kbuild::{arch, configs, DecidedBy, Rules};
 use crate::makefile::{self, KbuildFile};
 use crate::mechanism::MechId;
 use crate::policy::{expand_variants, Policy, Requirement};
@@ -22,6 +23,19 @@ use crate::policy::{expand_variants, Policy, Requirement};
 /// rendered fragments). `base` is the last generated state (the effective snapshot), which
 /// tells drift's hints which side moved; `program` is how the hints name sanpolicy.
 pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan, base: &drift::Base, program: &str) -> Diagnostics {
+    run_for(policy, rules, tree, plan, base, program, None)
+}
+
+/// [`run`], with the requirements judged for the build of `config` (a kernel `.config`) when given.
+pub fn run_for(
+    policy: &Policy,
+    rules: &Rules,
+    tree: Option<&Path>,
+    plan: &Plan,
+    base: &drift::Base,
+    program: &str,
+    config: Option<&DotConfig>,
+) -> Diagnostics {
     let mut diags = Diagnostics::default();
     unread_mechanisms(policy, rules, &mut diags);
     placeholder_reasons(policy, &mut diags);
@@ -36,7 +50,7 @@ pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan, bas
             diags.push(note);
             continue;
         }
-        requirement(req, rules, tree, plan, &mut diags);
+        requirement(req, rules, tree, plan, config, &mut diags);
     }
     acknowledge::apply(policy, diags)
 }
@@ -67,8 +81,8 @@ pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, ba
     };
     for req in &policy.requirements {
         let (mut now, mut then) = (Diagnostics::default(), Diagnostics::default());
-        requirement(req, rules, Some(tree), &before, &mut now);
-        requirement(req, rules, Some(tree), plan, &mut then);
+        requirement(req, rules, Some(tree), &before, None, &mut now);
+        requirement(req, rules, Some(tree), plan, None, &mut then);
         for d in then.0 {
             if !now.iter().any(|n| n.subject == d.subject) {
                 out.push(Diagnostic {
@@ -246,35 +260,60 @@ fn file_for<'p>(dir: &str, tree: Option<&Path>, plan: &'p Plan) -> std::borrow::
     std::borrow::Cow::Owned(text.map(|t| makefile::parse(&t)).unwrap_or_default())
 }
 
-fn requirement(req: &Requirement, rules: &Rules, tree: Option<&Path>, plan: &Plan, diags: &mut Diagnostics) {
+fn requirement(
+    req: &Requirement,
+    rules: &Rules,
+    tree: Option<&Path>,
+    plan: &Plan,
+    config: Option<&DotConfig>,
+    diags: &mut Diagnostics,
+) {
     let dir = &req.path.kbuild_dir;
     let file = file_for(dir, tree, plan);
     for (id, loc) in &req.exempt {
-        if let Some(failure) = first_instrumented(req, *id, &file, rules) {
-            let mut message =
-                format!("`{}` must be exempt from `{id}` but {} is instrumented", req.path.text, failure.object);
-            if !failure.conditions.is_empty() {
-                message.push_str(&format!(" when {}", failure.conditions.join(" and ")));
-            }
-            let (cause, fix) = match &failure.decided_by {
-                DecidedBy::Object(v) => (
-                    format!("`{v}` turns it back on"),
-                    format!("drop the per-object `{v}` setting (a `force`), or list the object in `except` if it must stay instrumented"),
-                ),
-                DecidedBy::Directory(v) => (format!("directory value `{v}` turns it on"), format!("skip `{id}` for the object or drop the directory's `force`")),
-                _ => (
-                    "nothing exempts it, so the kernel default applies".to_string(),
-                    format!("add `{id}` to `skip` of the unit for `{}` (or of its directory)", req.path.text),
-                ),
-            };
-            diags.push(
-                Diagnostic::error(Code::RecursionProne, message)
+        let failure = match first_instrumented(req, *id, &file, rules, tree, config) {
+            Ok(Some(failure)) => failure,
+            Ok(None) => continue,
+            Err(limit) => {
+                diags.push(
+                    Diagnostic::error(
+                        Code::RecursionProne,
+                        format!("cannot prove `{}` exempt from `{id}`: {limit}", req.path.text),
+                    )
                     .at(loc.clone())
-                    .label(cause)
-                    .hint(format!("{fix}: {}", req.why.lines().next().unwrap_or("")))
+                    .label("too many configurations to enumerate; the requirement is not taken as holding")
+                    .hint(format!("pass `--config FILE` (a kernel .config) to judge the requirement for that build, or exempt `{}` unconditionally", req.path.text))
                     .about(&req.path.text, Some(*id)),
-            );
+                );
+                continue;
+            }
+        };
+        let mut message =
+            format!("`{}` must be exempt from `{id}` but {} is instrumented", req.path.text, failure.object);
+        if !failure.conditions.is_empty() {
+            message.push_str(&format!(" when {}", failure.conditions.join(" and ")));
         }
+        if config.is_some() {
+            message.push_str(" in this configuration");
+        }
+        let (cause, fix) = match &failure.decided_by {
+            DecidedBy::Object(v) => (
+                format!("`{v}` turns it back on"),
+                format!("drop the per-object `{v}` setting (a `force`), or list the object in `except` if it must stay instrumented"),
+            ),
+            DecidedBy::Directory(v) => (format!("directory value `{v}` turns it on"), format!("skip `{id}` for the object or drop the directory's `force`")),
+            _ => (
+                "nothing exempts it, so the kernel default applies".to_string(),
+                format!("add `{id}` to `skip` of the unit for `{}` (or of its directory)", req.path.text),
+            ),
+        };
+        diags.push(
+            Diagnostic::error(Code::RecursionProne, message)
+                .at(loc.clone())
+                .label(cause)
+                .hint(format!("{fix}: {}", req.why.lines().next().unwrap_or("")))
+                .about(&req.path.text, Some(*id)),
+        );
     }
 }
 
@@ -284,25 +323,60 @@ struct Failure {
     decided_by: DecidedBy,
 }
 
-/// Walk every configuration (see `kbuild::configs`) and find one where an object is instrumented.
-fn first_instrumented(req: &Requirement, id: MechId, file: &KbuildFile, rules: &Rules) -> Option<Failure> {
+/// Walk every configuration of the symbols that can decide each object (see `kbuild::configs`),
+/// or the one build of `config`, and find an object that is instrumented. Each object is
+/// walked over its own symbols, with `$(BITS)`-style names expanded as Kbuild does.
+fn first_instrumented(
+    req: &Requirement,
+    id: MechId,
+    file: &KbuildFile,
+    rules: &Rules,
+    tree: Option<&Path>,
+    config: Option<&DotConfig>,
+) -> Result<Option<Failure>, configs::Limit> {
     let mut objects: Vec<String> = match &req.path.object {
         Some(o) => vec![o.clone()],
         None => {
             let mut v = vec![crate::kbuild::ANY_OBJECT.to_string()];
-            v.extend(
-                file.directives()
-                    .filter(|(_, d)| d.mech == id)
-                    .filter_map(|(_, d)| d.object.clone())
-                    .filter(|o| !o.contains('$') && !req.except.contains(o)),
-            );
+            let named = file
+                .directives()
+                .filter(|(_, d)| rules.reads(id).contains(&d.mech))
+                .filter_map(|(_, d)| d.object.clone());
+            // `head$(BITS).o` is each name the arch Makefile can spell.
+            v.extend(named.flat_map(|o| {
+                if o.contains('$') {
+                    arch::spellings(tree, &req.path.kbuild_dir, &o)
+                } else {
+                    vec![o]
+                }
+            }));
+            v.retain(|o| !req.except.contains(o));
             v
         }
     };
+    if let (Some(c), None) = (config, &req.path.object) {
+        // For one build: every object the directory links in it.
+        let preset = arch::preset(tree, &req.path.kbuild_dir, file, crate::kbuild::ANY_OBJECT, config);
+        let built = configs::Prepared::with_config(file, &preset, c).kernel_objects().unwrap_or_default();
+        objects.extend(built.into_iter().filter(|o| !req.except.contains(o)));
+    }
+    objects.sort();
     objects.dedup();
-    let rows = configs::Prepared::new(file, &[]).across(rules, id, &objects, true)?;
-    let (object, outcome) = rows.iter().find_map(|row| objects.iter().zip(row).find(|(_, o)| o.eval.on))?;
-    let conditions = outcome.guards.iter().map(|(g, v)| format!("`{g}` is {v}")).collect();
-    let object = if req.path.object.is_some() { "it".to_string() } else { format!("`{}{object}`", req.path.text) };
-    Some(Failure { object, conditions, decided_by: outcome.eval.decided_by.clone() })
+    for object in &objects {
+        let preset = arch::preset(tree, &req.path.kbuild_dir, file, object, config);
+        let mut prepared = match config {
+            Some(c) => configs::Prepared::with_config(file, &preset, c),
+            None => configs::Prepared::new(file, &preset),
+        };
+        let Some(outcomes) = prepared.outcomes(rules, id, object, true)? else { return Ok(None) };
+        let Some(outcome) = outcomes.iter().find(|o| o.eval.on) else { continue };
+        let conditions = outcome
+            .symbols
+            .iter()
+            .map(|(s, v)| if v.is_empty() { format!("`{s}` is not set") } else { format!("`{s}={v}`") })
+            .collect();
+        let object = if req.path.object.is_some() { "it".to_string() } else { format!("`{}{object}`", req.path.text) };
+        return Ok(Some(Failure { object, conditions, decided_by: outcome.eval.decided_by.clone() }));
+    }
+    Ok(None)
 }

@@ -64,6 +64,7 @@ pub enum Code {
     Unwritable,
     ChangedDuringRun,
     Locked,
+    BadConfig,
 }
 
 impl Code {
@@ -121,6 +122,7 @@ impl Code {
             Code::Unwritable => "unwritable",
             Code::ChangedDuringRun => "changed-during-run",
             Code::Locked => "locked",
+            Code::BadConfig => "bad-config",
         }
     }
 

@@ -79,7 +79,7 @@ pub static MECHANISMS: &[Mechanism] = &[
     variable("kcsan-barriers", "KCSAN barrier instrumentation", "CONFIG_KCSAN", "KCSAN_INSTRUMENT_BARRIERS"),
     variable("kcov", "KCOV", "CONFIG_KCOV", "KCOV_INSTRUMENT"),
     variable("ubsan", "UBSAN", "CONFIG_UBSAN", "UBSAN_SANITIZE"),
-    variable("ubsan-signed-wrap", "UBSAN signed wrap", "CONFIG_UBSAN", "UBSAN_SIGNED_WRAP"),
+    variable("ubsan-signed-wrap", "UBSAN signed wrap", "CONFIG_UBSAN_SIGNED_WRAP", "UBSAN_SIGNED_WRAP"),
     variable("kmsan", "KMSAN", "CONFIG_KMSAN", "KMSAN_SANITIZE"),
     variable("kmsan-checks", "KMSAN checks", "CONFIG_KMSAN", "KMSAN_ENABLE_CHECKS"),
     variable("gcov", "GCOV", "CONFIG_GCOV_KERNEL", "GCOV_PROFILE"),

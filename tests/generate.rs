@@ -78,7 +78,7 @@ fn on(tree: &Tree, dir: &str, object: &str, mech: &str, config: &[(&str, &str)],
     let (rules, diags) = Rules::from_tree(tree.path());
     assert!(diags.is_empty(), "{diags:?}");
     let path = sanpolicy::generate::kbuild_file(&tree.join(dir)).unwrap();
-    let mut env = instrumented_env();
+    let mut env = instrumented_env(&rules);
     for (k, v) in config {
         env.set(k, v);
     }

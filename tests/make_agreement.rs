@@ -720,3 +720,317 @@ fn directory_values_do_not_reach_subdirectories() {
     assert!(!made["dir/sub/bar.o"]);
     assert!(made["dir/sub/foo.o"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The configuration walk (`kbuild::configs`): for each object and mechanism the Rust side says
+// which Kconfig symbols decide it and the result for each assignment of them. Make evaluates
+// the kbuild file under each such assignment, every other `CONFIG_` the file mentions set to a
+// pseudo-random value (so a symbol the walk leaves out must not matter), and must agree.
+
+use sanpolicy::kbuild::{arch, configs};
+
+/// Every `CONFIG_` name written in `text`.
+fn config_names(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for (i, _) in text.match_indices("CONFIG_") {
+        let end = text[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(text.len(), |e| i + e);
+        names.push(text[i..end].to_string());
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// One kbuild file of a directory, walked for every mechanism and object its lines name.
+struct WalkCase {
+    label: String,
+    dir: String,
+    text: String,
+    preset: Vec<(String, String)>,
+}
+
+/// Totals of a walk comparison.
+#[derive(Default)]
+struct WalkTotals {
+    compared: usize,
+    runs: usize,
+    max_symbols: usize,
+    mismatches: Vec<String>,
+}
+
+/// Whether assignment `a` falls in `row` of a table: equal on the row's symbols, `m` standing
+/// for `y` where the table has no `m` for the symbol (the walk found it only tested by `ifdef`).
+fn in_row(a: &BTreeMap<String, String>, row: &configs::Outcome, rows: &[configs::Outcome]) -> bool {
+    row.symbols.iter().all(|(s, v)| {
+        let given = a.get(s).map_or("", String::as_str);
+        given == v
+            || (given == "m" && v == "y" && !rows.iter().any(|x| x.symbols.iter().any(|(t, w)| t == s && w == "m")))
+    })
+}
+
+/// Compare the walk of `case` with make, under `rules`: every row of every (mechanism, object)
+/// table is run by make at least once (with the other symbols random), and every decision of
+/// every run whose assignment sets the mechanism's own option is compared.
+fn walk_agrees(case: &WalkCase, rules: &Rules, tmp: &Path, seed: u64, totals: &mut WalkTotals) {
+    let file = makefile::parse(&case.text);
+    let mut names = config_names(&case.text);
+    let mechs: Vec<MechId> = MechId::all().filter(|id| rules.decision(*id).is_some()).collect();
+    names.extend(mechs.iter().map(|id| id.get().config.to_string()));
+    names.sort();
+    names.dedup();
+    let mut objects: Vec<String> =
+        file.directives().filter_map(|(_, d)| d.object.clone()).filter(|o| !o.contains('$')).collect();
+    objects.push(sanpolicy::kbuild::ANY_OBJECT.to_string());
+    objects.sort();
+    objects.dedup();
+    let mut rng = Rng(seed);
+    let mut prepared = configs::Prepared::new(&file, &case.preset);
+    // (mechanism, object) -> its table of (symbol values) -> on.
+    let mut tables: Vec<(MechId, usize, Vec<configs::Outcome>)> = Vec::new();
+    for id in &mechs {
+        for (o, object) in objects.iter().enumerate() {
+            let rows = prepared
+                .outcomes(rules, *id, object, true)
+                .unwrap_or_else(|l| panic!("{}: {object} {id}: {l}", case.label))
+                .expect("the rules read the mechanism");
+            totals.max_symbols = totals.max_symbols.max(rows.first().map_or(0, |r| r.symbols.len()));
+            tables.push((*id, o, rows));
+        }
+    }
+    let random = |rng: &mut Rng| -> BTreeMap<String, String> {
+        let mut a: BTreeMap<String, String> =
+            names.iter().map(|n| (n.clone(), rng.pick(&["y", "m", ""]).to_string())).collect();
+        for id in &mechs {
+            a.insert(id.get().config.to_string(), "y".into());
+        }
+        a
+    };
+    let mut assignments = vec![random(&mut rng)];
+    for (id, _, rows) in &tables {
+        let own = id.get().config;
+        for row in rows {
+            let covered = assignments.iter().any(|a| a.get(own).is_some_and(|v| v == "y") && in_row(a, row, rows));
+            if !covered {
+                let mut a = random(&mut rng);
+                a.extend(row.symbols.iter().cloned());
+                assignments.push(a);
+            }
+        }
+    }
+    let expressions: Vec<String> = mechs.iter().map(|id| make_expression(rules, *id).unwrap()).collect();
+    let next = AtomicUsize::new(0);
+    let answers: Vec<(usize, Vec<Vec<bool>>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(a) = assignments.get(i) else { break };
+                        out.push((i, make_walk(case, a, &objects, &expressions, tmp)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
+    });
+    totals.runs += assignments.len();
+    for (a, make) in assignments.iter().zip(order(answers, assignments.len())) {
+        for (id, o, rows) in &tables {
+            if a.get(id.get().config).is_none_or(|v| v != "y") {
+                continue;
+            }
+            let m = mechs.iter().position(|x| x == id).unwrap();
+            let Some(row) = rows.iter().find(|r| in_row(a, r, rows)) else {
+                panic!("{}: {} {id}: no row for {a:?}", case.label, objects[*o])
+            };
+            totals.compared += 1;
+            if row.eval.on != make[m][*o] {
+                totals.mismatches.push(format!(
+                    "{} {} {id}: make {}, rust {} under {:?}",
+                    case.label,
+                    objects[*o],
+                    make[m][*o],
+                    row.eval.on,
+                    a.iter().filter(|(_, v)| !v.is_empty()).collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+}
+
+/// Answers put back in assignment order (each worker tagged its own).
+fn order(mut answers: Vec<(usize, Vec<Vec<bool>>)>, n: usize) -> Vec<Vec<Vec<bool>>> {
+    answers.sort_by_key(|(i, _)| *i);
+    assert_eq!(answers.len(), n);
+    answers.into_iter().map(|(_, a)| a).collect()
+}
+
+/// Make's answer for each mechanism and object under one assignment of symbols.
+fn make_walk(
+    case: &WalkCase,
+    config: &BTreeMap<String, String>,
+    objects: &[String],
+    expressions: &[String],
+    tmp: &Path,
+) -> Vec<Vec<bool>> {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let (case_file, driver_file) = (format!("walk{n}.mk"), format!("walkdriver{n}.mk"));
+    std::fs::write(tmp.join(&case_file), &case.text).unwrap();
+    let mut d = String::from(".DEFAULT_GOAL := all\nSHELL := /bin/false\n");
+    for (k, v) in config.iter().filter(|(_, v)| !v.is_empty()) {
+        let _ = writeln!(d, "{k} := {v}");
+    }
+    for (k, v) in &case.preset {
+        let _ = writeln!(d, "{k} := {v}");
+    }
+    let _ =
+        writeln!(d, "CC_FLAGS_FTRACE := {CC_FLAGS_FTRACE}\nKBUILD_CPPFLAGS :=\nKBUILD_CFLAGS := $(CC_FLAGS_FTRACE)");
+    let _ = writeln!(d, "{BASETARGET}\ninclude {case_file}\n{TARGET_STEM}");
+    let mut targets = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        let target = format!("{}/{o}", case.dir);
+        let _ = writeln!(d, "{target}: obj := {}\n{target}: is-kernel-object := y\n{target}: __i := {i}", case.dir);
+        targets.push(target);
+    }
+    let _ = writeln!(d, "SP_TARGETS := {}\n$(SP_TARGETS):", targets.join(" "));
+    for (m, e) in expressions.iter().enumerate() {
+        let _ = writeln!(d, "\t@$(info SP {m} $(__i) {e})");
+    }
+    let _ = writeln!(d, ".PHONY: all $(SP_TARGETS)\nall: $(SP_TARGETS)");
+    std::fs::write(tmp.join(&driver_file), d).unwrap();
+    let out = make_command(tmp).args(["-f", &driver_file]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}: make failed: {}", case.label, String::from_utf8_lossy(&out.stderr));
+    let mut answers = vec![vec![None; objects.len()]; expressions.len()];
+    for line in stdout.lines().filter_map(|l| l.strip_prefix("SP ")) {
+        let f: Vec<&str> = line.split(' ').collect();
+        answers[f[0].parse::<usize>().unwrap()][f[1].parse::<usize>().unwrap()] = Some(f[2] == "on");
+    }
+    answers
+        .into_iter()
+        .map(|m| m.into_iter().map(|a| a.unwrap_or_else(|| panic!("{}: make printed no answer", case.label))).collect())
+        .collect()
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+use std::collections::BTreeMap;
+
+/// A generated file with more than ten guarding symbols for one object, and thirty that each
+/// guard a different object (they must drop out of each other's walks).
+fn generated_walk_cases() -> Vec<WalkCase> {
+    let mut deep = String::from("obj-y := a.o b.o\nKASAN_SANITIZE := n\n");
+    for i in 0..11 {
+        let (value, cond) =
+            if i % 3 == 2 { ("y", format!("ifndef CONFIG_S{i}")) } else { ("n", format!("ifdef CONFIG_S{i}")) };
+        let _ = writeln!(deep, "{cond}\nKASAN_SANITIZE_a.o := {value}\nendif");
+    }
+    deep.push_str("ifeq ($(CONFIG_S0)$(CONFIG_S1),ym)\nGCOV_PROFILE_a.o := y\nendif\n");
+    let mut wide = String::from("KASAN_SANITIZE := n\n");
+    for i in 0..30 {
+        let _ = writeln!(wide, "ifdef CONFIG_W{i}\nKASAN_SANITIZE_w{i}.o := y\nelse ifeq ($(CONFIG_V{i}),m)\nUBSAN_SANITIZE_w{i}.o := n\nendif");
+    }
+    vec![
+        WalkCase { label: "generated/deep".into(), dir: "gen/deep".into(), text: deep, preset: Vec::new() },
+        WalkCase { label: "generated/wide".into(), dir: "gen/wide".into(), text: wide, preset: Vec::new() },
+    ]
+}
+
+#[test]
+fn configuration_walk_agrees_with_make_on_generated_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rules = Rules::builtin();
+    let mut totals = WalkTotals::default();
+    for (i, case) in generated_walk_cases().iter().enumerate() {
+        walk_agrees(case, &rules, tmp.path(), i as u64 + 1, &mut totals);
+    }
+    println!(
+        "walk: {} decisions in {} make runs, at most {} symbols",
+        totals.compared, totals.runs, totals.max_symbols
+    );
+    assert!(totals.mismatches.is_empty(), "{}", totals.mismatches.join("\n"));
+    assert!(totals.max_symbols > 10, "the deep case has more than ten guarding symbols");
+    assert!(totals.runs >= 2048, "every assignment of the deep case's symbols was run: {}", totals.runs);
+}
+
+/// The kbuild files of Debian's source package `version` that have an instrumentation line
+/// under a condition or a `CONFIG_` in its name or value, extracted into `dir`.
+fn real_walk_cases(version: &str, dir: &Path) -> (Rules, Vec<WalkCase>) {
+    let tarball = PathBuf::from(format!("/usr/src/linux-source-{version}.tar.xz"));
+    assert!(
+        tarball.is_file(),
+        "{} is missing: `apt-get install linux-source-{version}` (.ci/run does)",
+        tarball.display()
+    );
+    let status = Command::new("tar")
+        .arg("-xJf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(dir)
+        .args(["--wildcards", "*/Makefile", "*/Kbuild", "*/scripts/Makefile.*"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "tar: {status}");
+    let tree = dir.join(format!("linux-source-{version}"));
+    let (rules, diags) = Rules::from_tree(&tree);
+    assert!(diags.is_empty(), "{version}: {:?}", diags.iter().map(|d| d.one_line()).collect::<Vec<_>>());
+    let mut cases = Vec::new();
+    let mut stack = vec![tree.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let mut kbuild = None;
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if !p.ends_with("scripts") && !p.ends_with("tools") && !p.ends_with("Documentation") {
+                    stack.push(p);
+                }
+            } else if p.file_name().is_some_and(|n| n == "Kbuild")
+                || (kbuild.is_none() && p.file_name().is_some_and(|n| n == "Makefile"))
+            {
+                kbuild = Some(p);
+            }
+        }
+        let Some(p) = kbuild else { continue };
+        let Ok(text) = std::fs::read_to_string(&p) else { continue };
+        let file = makefile::parse(&text);
+        let interesting = file.directives().any(|(i, _)| {
+            let a = &file.assignments[i];
+            !a.frames.is_empty() || a.name.contains("CONFIG_") || a.value.contains("CONFIG_")
+        });
+        // Make cannot include what the file includes, nor stop at its `$(error)`: those are
+        // left out (counted), the walk needs only the assignments.
+        if !interesting || text.lines().any(|l| l.trim_start().starts_with("include ") || l.contains("$(error")) {
+            continue;
+        }
+        let rel = p.parent().unwrap().strip_prefix(&tree).unwrap().to_string_lossy().to_string();
+        let preset = arch::preset(Some(&tree), &rel, &file, "", None);
+        cases.push(WalkCase { label: format!("{version}/{rel}"), dir: rel, text, preset });
+    }
+    cases.sort_by(|a, b| a.label.cmp(&b.label));
+    (rules, cases)
+}
+
+#[test]
+fn configuration_walk_agrees_with_make_on_real_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut totals = WalkTotals::default();
+    let mut files = 0;
+    for version in ["6.1", "6.12"] {
+        let src = tmp.path().join(format!("src-{version}"));
+        std::fs::create_dir_all(&src).unwrap();
+        let (rules, cases) = real_walk_cases(version, &src);
+        assert!(cases.len() > 20, "{version}: only {} kbuild files with conditional lines", cases.len());
+        files += cases.len();
+        for (i, case) in cases.iter().enumerate() {
+            walk_agrees(case, &rules, tmp.path(), i as u64 + 7, &mut totals);
+        }
+    }
+    println!(
+        "walk on real files: {} decisions from {files} files in {} make runs, at most {} symbols",
+        totals.compared, totals.runs, totals.max_symbols
+    );
+    assert!(totals.mismatches.is_empty(), "{} mismatches:\n{}", totals.mismatches.len(), totals.mismatches.join("\n"));
+}

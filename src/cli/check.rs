@@ -27,6 +27,9 @@ pub struct CheckArgs {
     /// Also list the requirements that do not apply to this tree.
     #[arg(long, short)]
     pub verbose: bool,
+    /// A kernel `.config`: judge the requirements for that build instead of every configuration.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// The closing line: the verdict in numbers, the same shape whatever was found.
@@ -55,10 +58,18 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     let with_tree = args.workspace.is_none() || args.common.tree.is_some();
     let Ok(inputs) = inputs(&common, defaults, with_tree, ui) else { return EXIT_BAD_INPUT };
+    let config = match args.config.as_deref().map(super::dotconfig::read).transpose() {
+        Ok(c) => c,
+        Err(d) => {
+            ui.report(&d);
+            return EXIT_BAD_INPUT;
+        }
+    };
     let plan = plan_with_snapshot(&inputs, None, defaults, false, true);
     let mut diags = plan.diags.clone();
     let base = base_for(&inputs);
-    diags.extend(check::run(&inputs.policy, &inputs.rules, inputs.tree.as_deref(), &plan, &base, &defaults.program));
+    let tree = inputs.tree.as_deref();
+    diags.extend(check::run_for(&inputs.policy, &inputs.rules, tree, &plan, &base, &defaults.program, config.as_ref()));
     if args.strict {
         // One error per placeholder replaces the summary warning.
         diags.0.retain(|d| d.code != Code::PlaceholderReason);

@@ -19,6 +19,7 @@ macro_rules! outln {
 
 mod check;
 mod context;
+mod dotconfig;
 mod gen;
 mod gen_cargo;
 mod hook;

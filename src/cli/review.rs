@@ -26,15 +26,27 @@ pub struct ExplainArgs {
     pub objects: Vec<String>,
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
+    /// A kernel `.config`: answer for that build (every condition, `*_ALL` switch and
+    /// mechanism option from it, and whether the object is a kernel object in it).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Ok(inputs) = inputs(&args.common, defaults, true, ui) else { return EXIT_BAD_INPUT };
+    let config = match args.config.as_deref().map(super::dotconfig::read).transpose() {
+        Ok(c) => c,
+        Err(d) => {
+            ui.report(&d);
+            return EXIT_BAD_INPUT;
+        }
+    };
     let plan = inputs.tree.as_ref().map(|_| plan_for(&inputs, None, defaults, true, false));
     let mut json = Vec::new();
     for object in &args.objects {
         let object = &object_in_tree(object, inputs.tree.as_deref());
-        let e = match explain::explain(&inputs.policy, &inputs.rules, inputs.tree.as_deref(), plan.as_ref(), object) {
+        let (tree, plan) = (inputs.tree.as_deref(), plan.as_ref());
+        let e = match explain::explain_for(&inputs.policy, &inputs.rules, tree, plan, object, config.as_ref()) {
             Ok(e) => e,
             Err(message) => {
                 ui.report(&Diagnostics(vec![Diagnostic::error(Code::BadPath, message)]));

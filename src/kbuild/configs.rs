@@ -1,25 +1,57 @@
-//! Effective state across configurations: a kbuild file's lines for a mechanism may sit inside
-//! `ifdef`/`ifeq` blocks, so one object can be exempt in some configurations and instrumented in
-//! others. This walks every truth assignment of the conditions guarding that mechanism's lines,
-//! with the mechanism's own `CONFIG_` taken as set (a line guarded by it applies whenever the
-//! mechanism does) and every other mechanism configured.
+//! Effective state across configurations, as an exact function of the Kconfig symbols.
+//!
+//! A kbuild file's lines for a mechanism may sit inside `ifdef`/`ifeq` blocks, use
+//! `$(CONFIG_X)` in names or values, and the tree's decision expression may read a `*_ALL`
+//! switch. For one object and mechanism this finds the lines that can decide it (directory-wide
+//! lines, the object's own lines, and, transitively, every assignment to a variable those
+//! lines, their names or their conditions read), collects the `CONFIG_` symbols they mention,
+//! and runs the file once per assignment of those symbols, each symbol over the values that can
+//! tell apart (`y`, `m`, unset, and literals an `ifeq` compares it with; `y`/`m` are one value
+//! for a symbol only tested by `ifdef`). Symbols that guard only lines irrelevant to the object
+//! drop out, so the walk is exponential only in the symbols that really guard that object.
+//! The mechanism's own `CONFIG_` is taken as set (the state is "when the mechanism is built
+//! in"). More than [`MAX_RUNS`] assignments is an error ([`Limit`]), never a pass.
+//!
+//! With a `.config` ([`Prepared::with_config`]) every symbol, switch and mechanism option has
+//! its value from that build, and whether the object is a kernel object is read from the
+//! file's `obj-y`/`obj-m`/`lib-y` under it: one run, a definite answer.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::eval::{Env, Evaluate, Oracle};
-use super::resolve::{evaluate, instrumented_env, Evaluation};
-use super::rules::{Naming, Rules};
-use crate::makefile::{CondKind, Condition, KbuildFile};
-use crate::mechanism::MechId;
+use super::dotconfig::DotConfig;
+use super::eval::{Env, Evaluate};
+use super::resolve::{evaluate, DecidedBy, Evaluation};
+use super::rules::Rules;
+use crate::makefile::{CondKind, Condition, Event, KbuildFile};
+use crate::mechanism::{Form, MechId, MECHANISMS};
 
-/// More guards than this are not enumerated (2^10 runs); the rest are evaluated normally.
-const MAX_GUARDS: usize = 10;
+/// Assignments of symbols enumerated for one object at most; beyond, [`Limit`].
+pub const MAX_RUNS: usize = 1 << 16;
+
+/// Too many symbol assignments to enumerate for one object: the state is unknown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    pub symbols: Vec<String>,
+    pub runs: u128,
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} Kconfig symbols guard the lines deciding it ({} configurations, more than the {MAX_RUNS} sanpolicy enumerates): {}",
+            self.symbols.len(),
+            self.runs,
+            self.symbols.join(", ")
+        )
+    }
+}
 
 /// The result in one configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// Each guarding condition and whether it held.
-    pub guards: Vec<(String, bool)>,
+    /// Each symbol the result depends on and its value here (`""`: not set).
+    pub symbols: Vec<(String, String)>,
     pub eval: Evaluation,
 }
 
@@ -28,7 +60,8 @@ pub struct Outcome {
 pub enum State {
     On,
     Off,
-    /// On in some configurations, off in others.
+    /// On in some configurations, off in others: the full table over the symbols that matter.
+    /// Empty when the configurations were too many to enumerate (see [`Limit`]): unknown.
     Depends(Vec<Outcome>),
 }
 
@@ -37,43 +70,102 @@ impl State {
         match self {
             State::On => "on".into(),
             State::Off => "off".into(),
-            State::Depends(outcomes) => {
-                let off: Vec<String> = outcomes.iter().filter(|o| !o.eval.on).map(|o| describe(&o.guards)).collect();
-                format!("off only when {}", off.join(" or "))
+            State::Depends(rows) if rows.is_empty() => {
+                format!("undecided: more than {MAX_RUNS} configurations to enumerate")
+            }
+            State::Depends(rows) => format!("on iff {}", condition(rows)),
+        }
+    }
+
+    /// The state a table of outcomes (from [`Prepared::outcomes`]) amounts to.
+    pub fn from_outcomes(outcomes: Vec<Outcome>) -> State {
+        if outcomes.iter().all(|o| o.eval.on) {
+            State::On
+        } else if outcomes.iter().all(|o| !o.eval.on) {
+            State::Off
+        } else {
+            State::Depends(influential(outcomes))
+        }
+    }
+
+    /// Off in every configuration (a requirement holds).
+    pub fn is_off(&self) -> bool {
+        *self == State::Off
+    }
+}
+
+/// The on-set of a full table as a short sum of products: each on row widened symbol by symbol
+/// while every row it then covers is still on, duplicates and covered terms dropped.
+fn condition(rows: &[Outcome]) -> String {
+    let Some(first) = rows.first() else { return String::new() };
+    let names: Vec<&str> = first.symbols.iter().map(|(s, _)| s.as_str()).collect();
+    let domains: Vec<BTreeSet<&str>> =
+        (0..names.len()).map(|i| rows.iter().map(|r| r.symbols[i].1.as_str()).collect()).collect();
+    let covers =
+        |cube: &[BTreeSet<&str>], r: &Outcome| r.symbols.iter().zip(cube).all(|((_, v), s)| s.contains(v.as_str()));
+    let all_on = |cube: &[BTreeSet<&str>]| rows.iter().filter(|r| covers(cube, r)).all(|r| r.eval.on);
+    let mut cubes: Vec<Vec<BTreeSet<&str>>> = Vec::new();
+    for row in rows.iter().filter(|r| r.eval.on) {
+        let mut cube: Vec<BTreeSet<&str>> = row.symbols.iter().map(|(_, v)| BTreeSet::from([v.as_str()])).collect();
+        for i in 0..cube.len() {
+            // Any value, else all values but one ("set", "not y", …).
+            let mut candidates = vec![domains[i].clone()];
+            candidates.extend(domains[i].iter().map(|v| domains[i].iter().copied().filter(|w| w != v).collect()));
+            for wider in candidates {
+                if !wider.is_superset(&cube[i]) {
+                    continue;
+                }
+                let old = std::mem::replace(&mut cube[i], wider);
+                if all_on(&cube) {
+                    break;
+                }
+                cube[i] = old;
             }
         }
+        if !cubes.contains(&cube) {
+            cubes.push(cube);
+        }
     }
-}
-
-fn describe(guards: &[(String, bool)]) -> String {
-    guards
+    let subsumed =
+        |c: &Vec<BTreeSet<&str>>, by: &Vec<BTreeSet<&str>>| c != by && c.iter().zip(by).all(|(a, b)| b.is_superset(a));
+    let kept: Vec<&Vec<BTreeSet<&str>>> = cubes.iter().filter(|c| !cubes.iter().any(|b| subsumed(c, b))).collect();
+    let terms: Vec<String> = kept
         .iter()
-        .map(|(c, v)| if *v { format!("`{c}`") } else { format!("not `{c}`") })
-        .collect::<Vec<_>>()
-        .join(" and ")
+        .map(|cube| {
+            let lits: Vec<String> = cube
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| **s != domains[*i])
+                .map(|(i, s)| literal(names[i], s, &domains[i]))
+                .collect();
+            if lits.len() > 1 && kept.len() > 1 {
+                format!("({})", lits.join(" and "))
+            } else {
+                lits.join(" and ")
+            }
+        })
+        .collect();
+    terms.join(" or ")
 }
 
-/// Conditions decided one way for the walk.
-struct Fixed<'a> {
-    fixed: &'a HashMap<String, bool>,
-    mech_config: &'a str,
-}
-
-impl Oracle for Fixed<'_> {
-    fn decide(&mut self, c: &Condition, env: &Env) -> bool {
-        if let Some(v) = self.fixed.get(&c.text) {
-            return *v;
-        }
-        match (c.kind, c.args.first()) {
-            (CondKind::Ifdef, Some(a)) if a == self.mech_config => true,
-            (CondKind::Ifndef, Some(a)) if a == self.mech_config => false,
-            _ => Evaluate.decide(c, env),
-        }
+/// `name` restricted to `values` of its `domain`, in Kconfig words.
+fn literal(name: &str, values: &BTreeSet<&str>, domain: &BTreeSet<&str>) -> String {
+    let set: BTreeSet<&str> = domain.iter().copied().filter(|v| !v.is_empty()).collect();
+    let shown = |v: &str| if v.is_empty() { "unset".to_string() } else { v.to_string() };
+    if *values == set {
+        return name.to_string();
     }
-}
-
-fn is_own_guard(text: &str, mech_config: &str) -> bool {
-    text == format!("ifdef {mech_config}") || text == format!("ifndef {mech_config}")
+    if values.len() == 1 && values.contains("") {
+        return format!("not {name}");
+    }
+    if values.len() == 1 {
+        return format!("{name}={}", shown(values.iter().next().unwrap_or(&"")));
+    }
+    let rest: Vec<&str> = domain.difference(values).copied().collect();
+    if rest.len() == 1 {
+        return format!("{name}!={}", shown(rest[0]));
+    }
+    format!("{name} in {{{}}}", values.iter().map(|v| shown(v)).collect::<Vec<_>>().join(","))
 }
 
 /// What a file's lines are for one mechanism, found once per file so that a directory with
@@ -82,47 +174,26 @@ fn is_own_guard(text: &str, mech_config: &str) -> bool {
 pub struct Lines {
     /// Some line can decide the mechanism (else every object has the tree's default).
     pub touched: bool,
-    /// The conditions (other than the mechanism's own option) enclosing lines that can decide
-    /// every object: directory-wide lines, and per-file names still holding a variable.
-    everywhere: Vec<String>,
-    /// The conditions enclosing lines that name one object, by its per-file name (stem).
-    by_stem: HashMap<String, Vec<String>>,
+    /// Lines that can decide every object: directory-wide lines, and per-file names still
+    /// holding a variable.
+    everywhere: Vec<usize>,
+    /// Lines that name one object, by its per-file name (stem).
+    by_stem: HashMap<String, Vec<usize>>,
 }
 
 impl Lines {
     pub fn of(file: &KbuildFile, rules: &Rules, id: MechId, preset: &[(String, String)]) -> Lines {
         let read = rules.reads(id);
-        let mech_config = id.get().config;
         let naming = rules.naming(id);
         let mut lines = Lines { touched: false, everywhere: Vec::new(), by_stem: HashMap::new() };
         for (i, d) in file.directives().filter(|(_, d)| read.contains(&d.mech)) {
             lines.touched = true;
-            let frames = file.assignments[i].frames.iter().map(|f| &f.condition.text);
-            let guards: Vec<String> = frames.filter(|g| !is_own_guard(g, mech_config)).cloned().collect();
-            if guards.is_empty() {
-                continue;
-            }
-            match d.object.as_deref() {
-                Some(o) if !o.contains("$(") => {
-                    lines.by_stem.entry(naming.stem(&substitute(o, preset))).or_default().extend(guards)
-                }
-                _ => lines.everywhere.extend(guards),
+            match d.object.as_deref().map(|o| substitute(o, preset)) {
+                Some(o) if !o.contains('$') => lines.by_stem.entry(naming.stem(&o)).or_default().push(i),
+                _ => lines.everywhere.push(i),
             }
         }
         lines
-    }
-
-    /// The conditions enclosing the lines that can decide `objects`, sorted, at most
-    /// [`MAX_GUARDS`] of them.
-    fn guards(&self, naming: Naming, objects: &[String]) -> Vec<String> {
-        let mut guards = self.everywhere.clone();
-        for o in objects {
-            guards.extend(self.by_stem.get(&naming.stem(o)).into_iter().flatten().cloned());
-        }
-        guards.sort();
-        guards.dedup();
-        guards.truncate(MAX_GUARDS);
-        guards
     }
 }
 
@@ -139,8 +210,14 @@ pub fn state(file: &KbuildFile, rules: &Rules, id: MechId, object: &str, kernel_
 /// Variables set before a file is run (values for `$(BITS)` in names).
 pub type Preset = Vec<(String, String)>;
 
-/// A run of a file: the mechanism option taken as set, and each guard with its fixed value.
-type RunKey = (&'static str, Vec<(String, bool)>);
+/// A run of a file: the mechanism option taken as set, and each symbol's value.
+type RunKey = (&'static str, Vec<(String, String)>);
+
+/// Assignment indices by assigned name, and those whose name holds a reference.
+type Assigns = (HashMap<String, Vec<usize>>, Vec<usize>);
+
+/// The symbols one object's state depends on, each with the values that can tell apart.
+type Symbols = Vec<(String, Vec<String>)>;
 
 /// A kbuild file (with variables preset) ready to evaluate many of its objects: what its lines
 /// are per mechanism, and the file run once per configuration, are kept, so a directory of
@@ -148,13 +225,31 @@ type RunKey = (&'static str, Vec<(String, bool)>);
 pub struct Prepared<'f> {
     file: &'f KbuildFile,
     preset: Preset,
+    config: Option<&'f DotConfig>,
     lines: HashMap<MechId, Lines>,
     runs: HashMap<RunKey, Env>,
+    /// Assignments by the variable name they assign; names with a reference are in `dynamic`.
+    assigns: Option<Assigns>,
+    /// Per assignment, the conditions deciding whether it runs.
+    guards: Option<Vec<Vec<Condition>>>,
 }
 
 impl<'f> Prepared<'f> {
     pub fn new(file: &'f KbuildFile, preset: &[(String, String)]) -> Prepared<'f> {
-        Prepared { file, preset: preset.to_vec(), lines: HashMap::new(), runs: HashMap::new() }
+        Prepared {
+            file,
+            preset: preset.to_vec(),
+            config: None,
+            lines: HashMap::new(),
+            runs: HashMap::new(),
+            assigns: None,
+            guards: None,
+        }
+    }
+
+    /// Evaluate for one build: every symbol from `config`, kernel objects from `obj-y`/`obj-m`.
+    pub fn with_config(file: &'f KbuildFile, preset: &[(String, String)], config: &'f DotConfig) -> Prepared<'f> {
+        Prepared { config: Some(config), ..Prepared::new(file, preset) }
     }
 
     /// What the file's lines are for `id`.
@@ -162,79 +257,423 @@ impl<'f> Prepared<'f> {
         self.lines.entry(id).or_insert_with(|| Lines::of(self.file, rules, id, &self.preset))
     }
 
-    /// The state of `object` over all configurations; `None` when the tree does not read `id`.
+    /// The state of `object` over all configurations (with a `.config`: in that build);
+    /// `None` when the tree does not read `id`. With a `.config`, `kernel_object` is not used:
+    /// the file's `obj-y`/`obj-m`/`lib-y` under it decide. Too many configurations give an empty
+    /// `Depends` (unknown, never `Off`); [`Prepared::try_state`] says why.
     pub fn state(&mut self, rules: &Rules, id: MechId, object: &str, kernel_object: bool) -> Option<State> {
-        let rows = self.across(rules, id, &[object.to_string()], kernel_object)?;
-        let outcomes: Vec<Outcome> = rows.into_iter().flatten().collect();
-        Some(if outcomes.iter().all(|o| o.eval.on) {
-            State::On
-        } else if outcomes.iter().all(|o| !o.eval.on) {
-            State::Off
-        } else {
-            State::Depends(influential(outcomes))
-        })
+        self.try_state(rules, id, object, kernel_object).unwrap_or(Some(State::Depends(Vec::new())))
     }
 
-    /// Evaluate each of `objects` in every configuration of the guards that can decide them.
-    /// Returns, per configuration, the outcome for every object in order.
+    pub fn try_state(
+        &mut self,
+        rules: &Rules,
+        id: MechId,
+        object: &str,
+        kernel_object: bool,
+    ) -> Result<Option<State>, Limit> {
+        let Some(outcomes) = self.outcomes(rules, id, object, kernel_object)? else { return Ok(None) };
+        Ok(Some(State::from_outcomes(outcomes)))
+    }
+
+    /// Evaluate each of `objects` in every configuration of the symbols that can decide any of
+    /// them. Returns, per configuration, the outcome for every object in order.
     pub fn across(
         &mut self,
         rules: &Rules,
         id: MechId,
         objects: &[String],
         kernel_object: bool,
-    ) -> Option<Vec<Vec<Outcome>>> {
-        rules.decision(id)?;
-        let guards = self.lines(rules, id).guards(rules.naming(id), objects);
-        let mut out = Vec::with_capacity(1 << guards.len());
-        for bits in 0u32..(1 << guards.len()) {
-            let assignment: Vec<(String, bool)> =
-                guards.iter().enumerate().map(|(i, g)| (g.clone(), bits & (1 << i) != 0)).collect();
-            let env = self.run(id.get().config, &assignment);
-            let row = objects
-                .iter()
-                .filter_map(|o| evaluate(rules, id, o, env, kernel_object))
-                .map(|eval| Outcome { guards: assignment.clone(), eval })
-                .collect();
-            out.push(row);
+    ) -> Result<Option<Vec<Vec<Outcome>>>, Limit> {
+        if rules.decision(id).is_none() {
+            return Ok(None);
         }
-        Some(out)
+        let mut symbols: Symbols = Vec::new();
+        for o in objects {
+            for (s, vals) in self.symbols(rules, id, o) {
+                match symbols.iter_mut().find(|(n, _)| *n == s) {
+                    Some((_, have)) => have.extend(vals.into_iter().filter(|v| !have.contains(v)).collect::<Vec<_>>()),
+                    None => symbols.push((s, vals)),
+                }
+            }
+        }
+        symbols.sort();
+        let rows = self.enumerate(rules, id, objects, kernel_object, &symbols)?;
+        Ok(Some(rows))
     }
 
-    /// The file run in the instrumented environment with `mech_config` taken as set and the
-    /// guards of `assignment` fixed; every other condition evaluated normally.
-    fn run(&mut self, mech_config: &'static str, assignment: &[(String, bool)]) -> &Env {
-        let (file, preset) = (self.file, &self.preset);
-        self.runs.entry((mech_config, assignment.to_vec())).or_insert_with(|| {
-            let fixed: HashMap<String, bool> = assignment.iter().cloned().collect();
-            let mut env = instrumented_env();
+    /// The outcome of `object` in every configuration of its own symbols.
+    pub fn outcomes(
+        &mut self,
+        rules: &Rules,
+        id: MechId,
+        object: &str,
+        kernel_object: bool,
+    ) -> Result<Option<Vec<Outcome>>, Limit> {
+        if rules.decision(id).is_none() {
+            return Ok(None);
+        }
+        let objects = [object.to_string()];
+        let symbols = if self.config.is_some() { Vec::new() } else { self.symbols(rules, id, object) };
+        let rows = self.enumerate(rules, id, &objects, kernel_object, &symbols)?;
+        Ok(Some(rows.into_iter().flatten().collect()))
+    }
+
+    /// Whether `object` is linked into vmlinux or a module under the `.config` (`None` without one).
+    pub fn kernel_object(&mut self, object: &str) -> Option<bool> {
+        self.config?;
+        let env = self.run(None, Vec::new());
+        Some(is_kernel_object(env, object))
+    }
+
+    /// The objects linked into vmlinux or a module under the `.config` (`None` without one).
+    pub fn kernel_objects(&mut self) -> Option<Vec<String>> {
+        self.config?;
+        Some(kernel_objects(self.run(None, Vec::new())))
+    }
+
+    fn enumerate(
+        &mut self,
+        rules: &Rules,
+        id: MechId,
+        objects: &[String],
+        kernel_object: bool,
+        symbols: &Symbols,
+    ) -> Result<Vec<Vec<Outcome>>, Limit> {
+        let runs = symbols.iter().try_fold(1u128, |n, (_, v)| n.checked_mul(v.len() as u128)).unwrap_or(u128::MAX);
+        if runs > MAX_RUNS as u128 {
+            return Err(Limit { symbols: symbols.iter().map(|(s, _)| s.clone()).collect(), runs });
+        }
+        let mech = id.get();
+        let mut out = Vec::with_capacity(runs as usize);
+        for n in 0..runs as usize {
+            let mut rest = n;
+            let assignment: Vec<(String, String)> = symbols
+                .iter()
+                .map(|(s, vals)| {
+                    let v = vals[rest % vals.len()].clone();
+                    rest /= vals.len();
+                    (s.clone(), v)
+                })
+                .collect();
+            let row = match self.config {
+                Some(config) => {
+                    let kernel = {
+                        let env = self.run(None, Vec::new());
+                        objects.iter().map(|o| is_kernel_object(env, o)).collect::<Vec<_>>()
+                    };
+                    let configured = !config.get(mech.config).is_empty();
+                    let env = self.run(None, Vec::new());
+                    objects
+                        .iter()
+                        .zip(kernel)
+                        .filter_map(|(o, k)| {
+                            let eval = if configured {
+                                evaluate(rules, id, o, env, k)?
+                            } else {
+                                Evaluation {
+                                    on: false,
+                                    words: String::new(),
+                                    decided_by: DecidedBy::NotConfigured(mech.config.to_string()),
+                                }
+                            };
+                            Some(Outcome { symbols: assignment.clone(), eval })
+                        })
+                        .collect()
+                }
+                None => {
+                    let env = self.run(Some(mech.config), assignment.clone());
+                    objects
+                        .iter()
+                        .filter_map(|o| evaluate(rules, id, o, env, kernel_object))
+                        .map(|eval| Outcome { symbols: assignment.clone(), eval })
+                        .collect()
+                }
+            };
+            out.push(row);
+        }
+        Ok(out)
+    }
+
+    /// The file run with `own` (the mechanism option) set and the symbols of `assignment`;
+    /// with a `.config`, `own` is `None` and the assignment is the whole configuration.
+    fn run(&mut self, own: Option<&'static str>, assignment: Vec<(String, String)>) -> &Env {
+        let (file, preset, config) = (self.file, &self.preset, self.config);
+        self.runs.entry((own.unwrap_or(""), assignment)).or_insert_with_key(|(own, assignment)| {
+            let mut env = Env::default();
+            for m in MECHANISMS {
+                if let Form::FlagRemoval { expansion, .. } = m.form {
+                    // The top Makefile sets the flags only when the tracer is configured.
+                    if config.is_none_or(|c| !c.get(m.config).is_empty()) {
+                        env.set(m.directive_name(), expansion);
+                    }
+                }
+            }
             for (name, value) in preset {
                 env.set(name, value);
             }
-            env.run(file, &mut Fixed { fixed: &fixed, mech_config });
+            match config {
+                Some(c) => c.values.iter().for_each(|(k, v)| env.set(k, v)),
+                None => {
+                    env.set(own, "y");
+                    assignment.iter().filter(|(_, v)| !v.is_empty()).for_each(|(k, v)| env.set(k, v));
+                }
+            }
+            env.run(file, &mut Evaluate);
             env
         })
     }
+
+    /// The symbols that can decide `object` for `id`, sorted, each with its values.
+    fn symbols(&mut self, rules: &Rules, id: MechId, object: &str) -> Symbols {
+        let naming = rules.naming(id);
+        let stem = naming.stem(object);
+        let lines = self.lines(rules, id);
+        let mut seeds = lines.everywhere.clone();
+        seeds.extend(lines.by_stem.get(&stem).into_iter().flatten());
+        let file = self.file;
+        let (by_name, dynamic) = self.assigns.get_or_insert_with(|| {
+            let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+            let mut dynamic = Vec::new();
+            for (i, a) in file.assignments.iter().enumerate() {
+                if a.name.contains('$') {
+                    dynamic.push(i);
+                } else {
+                    by_name.entry(a.name.trim().to_string()).or_default().push(i);
+                }
+            }
+            (by_name, dynamic)
+        });
+        let mut usage = Usage::default();
+        let mut vars_seen: BTreeSet<String> = BTreeSet::new();
+        let mut todo = seeds;
+        // Every assignment that can set `var` joins the lines read.
+        let mut enqueue = |var: String, todo: &mut Vec<usize>| {
+            if vars_seen.insert(var.clone()) {
+                todo.extend(by_name.get(&var).into_iter().flatten());
+                todo.extend(dynamic.iter().filter(|d| could_name(&file.assignments[**d].name, &var)));
+            }
+        };
+        // The decision expression reads the `*_ALL` switches, the object's own variables and
+        // any other (`ccflags-y`, `is-kernel-object`), named for this object.
+        if let Some(d) = rules.decision(id) {
+            let expression = d.expression.replace(&format!("$({})", d.naming.make_name()), &stem);
+            for var in usage.text(&expression) {
+                enqueue(var, &mut todo);
+            }
+        }
+        let guards = self.guards.get_or_insert_with(|| guards_of(file));
+        let mut seen: BTreeSet<usize> = BTreeSet::new();
+        while let Some(i) = todo.pop() {
+            if !seen.insert(i) {
+                continue;
+            }
+            let a = &file.assignments[i];
+            let mut refs = usage.text(&a.name);
+            refs.extend(usage.text(&a.value));
+            for c in &guards[i] {
+                refs.extend(usage.condition(c));
+            }
+            for var in refs {
+                enqueue(var, &mut todo);
+            }
+        }
+        usage.symbols(id.get().config)
+    }
 }
 
-/// Drop guards whose value never changes the result, and the duplicate rows that leaves, so
-/// the state reads "off only when `ifdef X`" rather than a full truth table.
+/// Whether a name with references (`obj-$(CONFIG_X)`) can expand to `var`: its literal parts
+/// appear in order, each reference standing for any text.
+fn could_name(name: &str, var: &str) -> bool {
+    let mut parts = Vec::new();
+    let mut rest = name.trim();
+    while let Some(i) = rest.find('$') {
+        parts.push(&rest[..i]);
+        let after = &rest[i + 1..];
+        let skip = match after.chars().next() {
+            Some(open @ ('(' | '{')) => {
+                let close = if open == '(' { ')' } else { '}' };
+                super::eval::matching(after, open, close).map_or(after.len(), |e| e + 1)
+            }
+            Some(c) => c.len_utf8(),
+            None => 0,
+        };
+        rest = &after[skip..];
+    }
+    let (first, last) = (parts.first().copied().unwrap_or(""), rest);
+    let Some(mut middle) = var.strip_prefix(first) else { return false };
+    for p in parts.iter().skip(1) {
+        match middle.find(p) {
+            Some(i) => middle = &middle[i + p.len()..],
+            None => return false,
+        }
+    }
+    middle.ends_with(last)
+}
+
+/// For each assignment, every condition that decides whether it runs: those of the enclosing
+/// `if`s and of the earlier branches of their `else if` chains.
+fn guards_of(file: &KbuildFile) -> Vec<Vec<Condition>> {
+    let mut out = vec![Vec::new(); file.assignments.len()];
+    let mut stack: Vec<Vec<Condition>> = Vec::new();
+    for event in &file.events {
+        match event {
+            Event::If(c) => stack.push(vec![c.clone()]),
+            Event::Else(Some(c)) => stack.last_mut().into_iter().for_each(|l| l.push(c.clone())),
+            Event::Else(None) => {}
+            Event::Endif => {
+                stack.pop();
+            }
+            Event::Assign(i) => out[*i] = stack.iter().flatten().cloned().collect(),
+        }
+    }
+    out
+}
+
+/// How the symbols are used in the lines read: which are referenced as values (so `y` and `m`
+/// differ), and the literals `ifeq` compares each with.
+#[derive(Default)]
+struct Usage {
+    /// symbol -> (referenced as `$(…)`, compared literals)
+    symbols: BTreeMap<String, (bool, BTreeSet<String>)>,
+}
+
+impl Usage {
+    /// The variables `text` references; records the `CONFIG_` ones.
+    fn text(&mut self, text: &str) -> Vec<String> {
+        let refs = references(text);
+        for r in refs.iter().filter(|r| r.starts_with("CONFIG_")) {
+            self.symbols.entry(r.clone()).or_default().0 = true;
+        }
+        refs
+    }
+
+    fn condition(&mut self, c: &Condition) -> Vec<String> {
+        let mut refs = Vec::new();
+        for a in &c.args {
+            refs.extend(self.text(a));
+        }
+        match c.kind {
+            CondKind::Ifdef | CondKind::Ifndef => {
+                if let Some(name) = c.args.first().filter(|a| !a.contains('$')) {
+                    let name = name.trim().to_string();
+                    if name.starts_with("CONFIG_") {
+                        self.symbols.entry(name.clone()).or_default();
+                    }
+                    refs.push(name);
+                }
+            }
+            CondKind::Ifeq | CondKind::Ifneq => {
+                if let [a, b] = c.args.as_slice() {
+                    for (var, lit) in [(a, b), (b, a)] {
+                        let bare = var.strip_prefix("$(").and_then(|v| v.strip_suffix(')'));
+                        if let Some(sym) = bare.filter(|s| s.starts_with("CONFIG_") && !s.contains('$')) {
+                            if !lit.contains('$') && !["y", "m", ""].contains(&lit.as_str()) {
+                                self.symbols.entry(sym.to_string()).or_default().1.insert(lit.clone());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        refs
+    }
+
+    fn symbols(self, own: &str) -> Symbols {
+        self.symbols
+            .into_iter()
+            .filter(|(s, _)| s != own)
+            .map(|(s, (referenced, literals))| {
+                let mut values: Vec<String> = if referenced { vec!["y".into(), "m".into()] } else { vec!["y".into()] };
+                values.push(String::new());
+                values.extend(literals);
+                (s, values)
+            })
+            .collect()
+    }
+}
+
+/// Names inside `$(…)`/`${…}` references, nested ones included (`$(A_$(B))` gives `B` and the
+/// dynamic `A_`).
+pub(crate) fn references(text: &str) -> Vec<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        if bytes[i] == b'$' && (bytes[i + 1] == b'(' || bytes[i + 1] == b'{') {
+            let start = i + 2;
+            let end = text[start..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
+                .map_or(text.len(), |e| start + e);
+            if end > start {
+                out.push(text[start..end].to_string());
+            }
+            i = start;
+        } else if bytes[i] == b'$' && bytes[i + 1] == b'$' {
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Kbuild's `is-kernel-object`: the object is in `real-obj-y`, `lib-y` or `real-obj-m`.
+/// [`ANY_OBJECT`](super::ANY_OBJECT), standing for any object of the directory, is one.
+fn is_kernel_object(env: &Env, object: &str) -> bool {
+    object == super::ANY_OBJECT || kernel_objects(env).iter().any(|o| o == object)
+}
+
+/// `real-obj-y`, `real-obj-m` and `lib-y` of a run: composite objects replaced by their parts
+/// (`foo-objs`/`foo-y`/`foo-m`), subdirectories left out.
+fn kernel_objects(env: &Env) -> Vec<String> {
+    let words = |v: &str| env.value(v).split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    let real = |list: Vec<String>, suffixes: &[&str]| -> Vec<String> {
+        list.into_iter()
+            .flat_map(|m| {
+                let base = m.strip_suffix(".o").unwrap_or(&m).to_string();
+                let parts: Vec<String> = suffixes.iter().flat_map(|s| words(&format!("{base}{s}"))).collect();
+                if parts.is_empty() || !m.ends_with(".o") {
+                    vec![m]
+                } else {
+                    parts
+                }
+            })
+            .collect()
+    };
+    let obj_y = words("obj-y");
+    let mut out = real(obj_y.clone(), &["-objs", "-y"]);
+    out.extend(real(words("obj-m").into_iter().filter(|m| !obj_y.contains(m)).collect(), &["-objs", "-y", "-m"]));
+    out.extend([words("lib-y"), words("lib-m")].concat());
+    out.retain(|o| o.ends_with(".o"));
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Drop symbols whose value never changes the result (for any other value of it), and the
+/// duplicate rows that leaves, so the condition names only what decides.
 fn influential(outcomes: Vec<Outcome>) -> Vec<Outcome> {
-    let on_for = |guards: &[(String, bool)]| outcomes.iter().find(|o| o.guards == guards).map(|o| o.eval.on);
-    let count = outcomes.first().map_or(0, |o| o.guards.len());
+    let count = outcomes.first().map_or(0, |o| o.symbols.len());
+    let table: HashMap<Vec<&str>, bool> =
+        outcomes.iter().map(|o| (o.symbols.iter().map(|(_, v)| v.as_str()).collect(), o.eval.on)).collect();
+    let domain = |i: usize| outcomes.iter().map(|o| o.symbols[i].1.as_str()).collect::<BTreeSet<_>>();
     let matters: Vec<bool> = (0..count)
-        .map(|g| {
+        .map(|i| {
+            let values = domain(i);
             outcomes.iter().any(|o| {
-                let mut flipped = o.guards.clone();
-                flipped[g].1 = !flipped[g].1;
-                on_for(&flipped).is_some_and(|on| on != o.eval.on)
+                let mut key: Vec<&str> = o.symbols.iter().map(|(_, v)| v.as_str()).collect();
+                values.iter().any(|v| {
+                    key[i] = v;
+                    table.get(&key).is_some_and(|on| *on != o.eval.on)
+                })
             })
         })
         .collect();
     let mut out: Vec<Outcome> = Vec::new();
     for mut o in outcomes.iter().cloned() {
-        o.guards = o.guards.into_iter().zip(&matters).filter(|(_, m)| **m).map(|(g, _)| g).collect();
-        if !out.iter().any(|p| p.guards == o.guards) {
+        o.symbols = o.symbols.into_iter().zip(&matters).filter(|(_, m)| **m).map(|(g, _)| g).collect();
+        if !out.iter().any(|p| p.symbols == o.symbols) {
             out.push(o);
         }
     }
@@ -250,8 +689,12 @@ mod tests {
         state(&parse(text), &Rules::builtin(), MechId::by_name("kasan").unwrap(), "a.o", true).unwrap()
     }
 
+    fn mech_state(text: &str, mech: &str, object: &str) -> State {
+        state(&parse(text), &Rules::builtin(), MechId::by_name(mech).unwrap(), object, true).unwrap()
+    }
+
     #[test]
-    fn conditions_are_walked_both_ways() {
+    fn conditions_are_walked_by_symbol() {
         assert_eq!(kasan_state("KASAN_SANITIZE_a.o := n\n"), State::Off);
         assert_eq!(kasan_state(""), State::On);
         assert_eq!(
@@ -260,6 +703,72 @@ mod tests {
             "own option is set"
         );
         let s = kasan_state("ifdef CONFIG_AMD_MEM_ENCRYPT\nKASAN_SANITIZE_a.o := n\nendif\n");
-        assert_eq!(s.label(), "off only when `ifdef CONFIG_AMD_MEM_ENCRYPT`");
+        assert_eq!(s.label(), "on iff not CONFIG_AMD_MEM_ENCRYPT");
+        // ifdef and ifndef of one symbol are one symbol: always off.
+        let both = "ifdef CONFIG_X\nKASAN_SANITIZE_a.o := n\nendif\nifndef CONFIG_X\nKASAN_SANITIZE_a.o := n\nendif\n";
+        assert_eq!(kasan_state(both), State::Off);
+        // Two symbols tested together.
+        let s = kasan_state("ifeq ($(CONFIG_A)$(CONFIG_B),yy)\nKASAN_SANITIZE_a.o := n\nendif\n");
+        assert_eq!(s.label(), "on iff CONFIG_A!=y or CONFIG_B!=y");
+        // Through a variable set under a condition.
+        let s = kasan_state("ifdef CONFIG_Q\nV := n\nendif\nKASAN_SANITIZE_a.o := $(V)\n");
+        assert_eq!(s.label(), "on iff not CONFIG_Q");
+    }
+
+    #[test]
+    fn all_switches_are_symbols() {
+        let s = mech_state("ifdef CONFIG_GCOV_PROFILE_FTRACE\nGCOV_PROFILE := y\nendif\n", "gcov", "trace.o");
+        assert_eq!(s.label(), "on iff CONFIG_GCOV_PROFILE_FTRACE or CONFIG_GCOV_PROFILE_ALL");
+        assert_eq!(mech_state("", "kcov", "x.o").label(), "on iff CONFIG_KCOV_INSTRUMENT_ALL");
+    }
+
+    #[test]
+    fn symbols_guarding_other_objects_drop_out() {
+        let mut text = String::from("KASAN_SANITIZE := n\n");
+        for i in 0..30 {
+            text.push_str(&format!("ifdef CONFIG_D{i}\nKASAN_SANITIZE_d{i}.o := y\nendif\n"));
+        }
+        text.push_str("ifdef CONFIG_ZZ\nKASAN_SANITIZE_z.o := y\nendif\n");
+        let file = parse(&text);
+        let rules = Rules::builtin();
+        let id = MechId::by_name("kasan").unwrap();
+        let mut p = Prepared::new(&file, &[]);
+        assert_eq!(p.state(&rules, id, "z.o", true).unwrap().label(), "on iff CONFIG_ZZ");
+        assert_eq!(p.state(&rules, id, "other.o", true), Some(State::Off));
+        let objects: Vec<String> = (0..30).map(|i| format!("d{i}.o")).collect();
+        assert!(p.across(&rules, id, &objects, true).is_err(), "2^30 configurations is an error, not a pass");
+    }
+
+    #[test]
+    fn too_many_symbols_for_one_object_is_an_error() {
+        let mut text = String::new();
+        for i in 0..20 {
+            text.push_str(&format!("ifdef CONFIG_D{i}\nKASAN_SANITIZE_a.o := n\nendif\n"));
+        }
+        let file = parse(&text);
+        let mut p = Prepared::new(&file, &[]);
+        let id = MechId::by_name("kasan").unwrap();
+        assert!(p.try_state(&Rules::builtin(), id, "a.o", true).is_err());
+        assert_ne!(p.state(&Rules::builtin(), id, "a.o", true), Some(State::Off));
+    }
+
+    #[test]
+    fn a_config_decides() {
+        let file = parse("obj-y += a.o\nobj-$(CONFIG_M) += m.o\nc-y := p.o q.o\nobj-y += c.o\nifdef CONFIG_X\nKASAN_SANITIZE_a.o := n\nendif\n");
+        let rules = Rules::builtin();
+        let id = MechId::by_name("kasan").unwrap();
+        let on = DotConfig::parse("CONFIG_KASAN=y\nCONFIG_M=m\n").unwrap();
+        let mut p = Prepared::with_config(&file, &[], &on);
+        assert_eq!(p.state(&rules, id, "a.o", false), Some(State::On));
+        assert_eq!(p.kernel_object("m.o"), Some(true));
+        assert_eq!(p.kernel_object("p.o"), Some(true), "part of a composite");
+        assert_eq!(p.kernel_object("c.o"), Some(false), "the composite itself is linked, not compiled");
+        assert_eq!(p.state(&rules, id, "z.o", true), Some(State::Off), "not a kernel object in this build");
+        assert_eq!(p.kernel_objects().unwrap(), ["a.o", "m.o", "p.o", "q.o"]);
+        let x = DotConfig::parse("CONFIG_KASAN=y\nCONFIG_X=y\n").unwrap();
+        assert_eq!(Prepared::with_config(&file, &[], &x).state(&rules, id, "a.o", true), Some(State::Off));
+        let none = DotConfig::parse("CONFIG_X=y\n").unwrap();
+        let s = Prepared::with_config(&file, &[], &none).outcomes(&rules, id, "a.o", true).unwrap().unwrap();
+        assert_eq!(s[0].eval.decided_by, DecidedBy::NotConfigured("CONFIG_KASAN".into()));
     }
 }

@@ -112,6 +112,16 @@ impl Env {
         }
     }
 
+    /// Expand `text` with `overlay`'s variables set on top (as the rule's target-specific
+    /// values are), leaving this environment as it is.
+    pub fn expand_with(&self, text: &str, overlay: &[(String, String)]) -> String {
+        let mut env = self.clone();
+        for (name, value) in overlay {
+            env.set(name, value);
+        }
+        env.expand(text)
+    }
+
     /// Expand `$(…)`, `${…}` and `$X` references.
     pub fn expand(&self, text: &str) -> String {
         self.expand_depth(text, 0)

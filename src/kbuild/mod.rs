@@ -1,7 +1,9 @@
 //! Kbuild semantics: the tree's rules, a make evaluator for kbuild files, and the resolver that
 //! gives the effective state of any object for any mechanism.
 
+pub mod arch;
 pub mod configs;
+pub mod dotconfig;
 pub mod eval;
 pub mod kconfig;
 pub mod resolve;

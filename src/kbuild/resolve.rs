@@ -16,6 +16,8 @@ pub enum DecidedBy {
     Default,
     /// Flag removal: the variables that removed or re-added the flags (empty: nothing did).
     Flags(Vec<String>),
+    /// The build does not configure the mechanism (this Kconfig option is not set).
+    NotConfigured(String),
 }
 
 /// The result of evaluating one object for one mechanism.
@@ -28,9 +30,10 @@ pub struct Evaluation {
     pub decided_by: DecidedBy,
 }
 
-/// An environment with every mechanism configured and every `*_ALL` switch on: the
-/// configuration in which an exemption matters most.
-pub fn instrumented_env() -> Env {
+/// An environment with every mechanism configured and every `CONFIG_` the tree's decision
+/// expressions read (the `*_ALL` switches) set: the configuration in which an exemption
+/// matters most. `kbuild::configs` walks those switches as symbols instead.
+pub fn instrumented_env(rules: &Rules) -> Env {
     let mut env = Env::default();
     for m in MECHANISMS {
         env.set(m.config, "y");
@@ -38,8 +41,10 @@ pub fn instrumented_env() -> Env {
             env.set(m.directive_name(), expansion);
         }
     }
-    for all in ["CONFIG_KCOV_INSTRUMENT_ALL", "CONFIG_GCOV_PROFILE_ALL", "CONFIG_UBSAN_SANITIZE_ALL"] {
-        env.set(all, "y");
+    for d in rules.decisions.values() {
+        for switch in d.configs() {
+            env.set(&switch, "y");
+        }
     }
     env
 }
@@ -72,7 +77,7 @@ pub fn evaluate(rules: &Rules, id: MechId, object: &str, env: &Env, kernel_objec
             };
             Evaluation { on, words, decided_by: decided_by.unwrap_or(DecidedBy::Default) }
         }
-        DecisionKind::Flags => flags(id, &stem, env),
+        DecisionKind::Flags => flags(id, decision, &stem, env),
     })
 }
 
@@ -95,34 +100,25 @@ fn term_value(term: &Term, stem: &str, env: &Env, kernel_object: bool) -> String
     }
 }
 
-/// `_c_flags = $(filter-out $(CFLAGS_REMOVE_<stem>.o), $(filter-out $(ccflags-remove-y), …) $(CFLAGS_<stem>.o))`.
-fn flags(id: MechId, stem: &str, env: &Env) -> Evaluation {
-    let Form::FlagRemoval { remove_prefix, add_prefix, flags, marker_words, .. } = id.get().form else {
+/// The tree's flags expression (`_c_flags = $(filter-out $(CFLAGS_REMOVE_$(target-stem).o), …)`)
+/// expanded for the object, with the compiler flags standing for the mechanism's expansion.
+fn flags(id: MechId, decision: &super::rules::Decision, stem: &str, env: &Env) -> Evaluation {
+    let Form::FlagRemoval { marker_words, expansion, .. } = id.get().form else {
         unreachable!("flag decision for a variable mechanism")
     };
-    let remove_var = format!("{remove_prefix}{stem}.o");
-    let add_var = format!("{add_prefix}{stem}.o");
-    let base = env.expand(flags);
-    let dir_removed = env.value("ccflags-remove-y");
-    let obj_removed = env.value(&remove_var);
-    let added = env.value(&add_var);
-    let keep = |list: &str, removed: &str| -> Vec<String> {
-        list.split_whitespace().filter(|w| !removed.split_whitespace().any(|r| r == *w)).map(str::to_string).collect()
-    };
-    // The per-object removal filters the per-object additions too; the directory removal does not.
-    let mut kept = keep(&base, &dir_removed);
-    kept.extend(added.split_whitespace().map(str::to_string));
-    let words = keep(&kept.join(" "), &obj_removed);
-    let on = words.iter().any(|w| marker_words.contains(&w.as_str()));
-    let mut by = Vec::new();
-    for (var, value) in
-        [("ccflags-remove-y", &dir_removed), (remove_var.as_str(), &obj_removed), (add_var.as_str(), &added)]
-    {
-        if value.split_whitespace().any(|w| marker_words.contains(&w)) {
-            by.push(var.to_string());
-        }
-    }
-    Evaluation { on, words: words.join(" "), decided_by: DecidedBy::Flags(by) }
+    let marked = |v: &str| v.split_whitespace().any(|w| marker_words.contains(&w));
+    let naming = decision.naming.make_name();
+    // Where the tree's flags come from: the top Makefile adds the mechanism's flags to KBUILD_CFLAGS.
+    let overlay = [(naming.to_string(), stem.to_string()), ("KBUILD_CFLAGS".to_string(), expansion.to_string())];
+    let expr = &decision.expression;
+    let words = env.expand_with(expr, &overlay);
+    let on = marked(&words);
+    // The variables the expression reads (per-object ones named for this object) that carry the flags.
+    let by = super::configs::references(&expr.replace(&format!("$({naming})"), stem))
+        .into_iter()
+        .filter(|v| !v.starts_with("KBUILD_") && marked(&env.value(v)))
+        .collect();
+    Evaluation { on, words: words.split_whitespace().collect::<Vec<_>>().join(" "), decided_by: DecidedBy::Flags(by) }
 }
 
 #[cfg(test)]
@@ -132,7 +128,7 @@ mod tests {
     use crate::makefile::parse;
 
     fn state(text: &str, mech: &str, object: &str) -> bool {
-        let mut env = instrumented_env();
+        let mut env = instrumented_env(&Rules::builtin());
         env.run(&parse(text), &mut Evaluate);
         evaluate(&Rules::builtin(), MechId::by_name(mech).unwrap(), object, &env, true).unwrap().on
     }

@@ -75,6 +75,24 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The `CONFIG_` options the expression reads (the `*_ALL` switches).
+    pub fn configs(&self) -> Vec<String> {
+        fn walk(terms: &[Term], out: &mut Vec<String>) {
+            for t in terms {
+                match t {
+                    Term::Config(c) => out.push(c.clone()),
+                    Term::IfKernelObject(inner) => walk(inner, out),
+                    _ => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        if let DecisionKind::Chain { terms, .. } = &self.kind {
+            walk(terms, &mut out);
+        }
+        out
+    }
+
     /// What applies when neither the object nor the directory sets a value, e.g.
     /// `default $(is-kernel-object)`.
     pub fn default_text(&self) -> String {

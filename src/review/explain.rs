@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 use super::effective::dir_file;
 use crate::generate::{kbuild_file, read_kbuild, Plan};
 use crate::kbuild::configs::{self, State};
-use crate::kbuild::{evaluate, instrumented_env, DecidedBy, Evaluate, Rules};
+use crate::kbuild::dotconfig::DotConfig;
+use crate::kbuild::{arch, DecidedBy, Rules};
 use crate::makefile::{self, KbuildFile};
 use crate::mechanism::MechId;
 use crate::policy::{Policy, UnitPath};
@@ -22,8 +23,10 @@ pub enum Source {
     Policy { unit: usize, line: Option<usize> },
     /// A line outside the generated block.
     Makefile { line: usize, text: String, comment: Option<String> },
-    /// The tree's default expression.
-    Default { text: String, at: String },
+    /// The tree's default expression, and what it means for this object (`on`, `off`, …).
+    Default { text: String, at: String, meaning: String },
+    /// The build's `.config` does not set the mechanism's option.
+    NotConfigured(String),
     /// The tree does not read this mechanism.
     NotRead,
 }
@@ -43,9 +46,16 @@ pub struct Explanation {
     pub mechanisms: Vec<MechanismExplanation>,
     /// Requirements naming the object or its directory: (index, holds).
     pub requirements: Vec<(usize, bool)>,
+    /// With a tree, an object without a `.c`/`.S`/`.rs` source (nor a rule building it): the
+    /// states are what Kbuild would apply to such a name, not facts about a built object.
+    pub no_source: bool,
+    /// With a `.config`: whether the object is linked into vmlinux or a module in that build.
+    pub kernel_object: Option<bool>,
+    /// Variables expanded in per-object names (`BITS=64`).
+    pub preset: Vec<(String, String)>,
 }
 
-/// Explain `object` (a path like `kernel/locking/lockdep.o`).
+/// Explain `object` (a path like `kernel/locking/lockdep.o`) over all configurations.
 pub fn explain(
     policy: &Policy,
     rules: &Rules,
@@ -53,24 +63,55 @@ pub fn explain(
     plan: Option<&Plan>,
     object: &str,
 ) -> Result<Explanation, String> {
+    explain_for(policy, rules, tree, plan, object, None)
+}
+
+/// [`explain`] for the build of `config` (a kernel `.config`) when given: a definite state.
+pub fn explain_for(
+    policy: &Policy,
+    rules: &Rules,
+    tree: Option<&Path>,
+    plan: Option<&Plan>,
+    object: &str,
+    config: Option<&DotConfig>,
+) -> Result<Explanation, String> {
     let path = UnitPath::parse(object, None).map_err(|(m, h)| format!("{m}: {h}"))?;
     let path = policy.units.iter().find(|u| u.path.text == path.text).map_or(path, |u| u.path.clone());
     let rel = path.object.clone().unwrap_or_else(|| super::effective::ANY_OBJECT.to_string());
     let (file, kbuild_path) = file_for(policy, rules, tree, plan, &path.kbuild_dir);
-    let mut env = instrumented_env();
-    env.run(&file, &mut Evaluate);
+    let preset = arch::preset(tree, &path.kbuild_dir, &file, &rel, config);
+    let mut prepared = match config {
+        Some(c) => configs::Prepared::with_config(&file, &preset, c),
+        None => configs::Prepared::new(&file, &preset),
+    };
+    let kernel_object = prepared.kernel_object(&rel);
     // `None`: the tree does not read the mechanism.
-    let mut prepared = configs::Prepared::new(&file, &[]);
-    let states: BTreeMap<MechId, Option<State>> =
-        MechId::all().map(|id| (id, prepared.state(rules, id, &rel, true))).collect();
+    let outcomes: BTreeMap<MechId, Option<Result<Vec<configs::Outcome>, configs::Limit>>> =
+        MechId::all().map(|id| (id, prepared.outcomes(rules, id, &rel, true).transpose())).collect();
+    let states: BTreeMap<MechId, Option<State>> = outcomes
+        .iter()
+        .map(|(id, o)| {
+            let state = o.as_ref().map(|o| match o {
+                Ok(rows) => State::from_outcomes(rows.clone()),
+                Err(_) => State::Depends(Vec::new()),
+            });
+            (*id, state)
+        })
+        .collect();
     let mechanisms = states
         .iter()
         .map(|(&id, state)| {
             let Some(state) = state.clone() else {
                 return MechanismExplanation { mech: id, state: State::On, source: Source::NotRead };
             };
-            let decided = evaluate(rules, id, &rel, &env, true).map(|e| e.decided_by);
-            MechanismExplanation { mech: id, state, source: source(policy, rules, &file, &path, id, decided) }
+            // The line that decides: for a conditional state, the one that exempts (or forces).
+            let rows = outcomes[&id].as_ref().and_then(|o| o.as_ref().ok());
+            let deciding = rows.and_then(|rows| {
+                let minority = rows.iter().find(|r| !r.eval.on && matches!(state, State::Depends(_)));
+                minority.or(rows.first()).map(|r| r.eval.decided_by.clone())
+            });
+            let source = source(policy, rules, &file, &path, id, deciding, &preset, &state);
+            MechanismExplanation { mech: id, state, source }
         })
         .collect();
     let requirements = policy
@@ -81,14 +122,25 @@ pub fn explain(
             r.path == path
                 || (r.path.is_directory() && r.path.kbuild_dir == path.kbuild_dir && !r.except.contains(&rel))
         })
-        .map(|(i, r)| (i, r.exempt.iter().all(|(id, _)| states[id].as_ref().is_none_or(|s| *s == State::Off))))
+        .map(|(i, r)| (i, r.exempt.iter().all(|(id, _)| states[id].as_ref().is_none_or(State::is_off))))
         .collect();
+    let no_source = match (tree, &path.object) {
+        (Some(tree), Some(o)) => {
+            let text = kbuild_path.as_deref().and_then(|p| read_kbuild(p).ok()).unwrap_or_default();
+            let vars: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            !crate::check::has_source(&tree.join(&path.kbuild_dir), o, &vars, &text, rules.naming(MechId(0)))
+        }
+        _ => false,
+    };
     Ok(Explanation {
         object: path.text.clone(),
         kbuild_dir: path.kbuild_dir.clone(),
         kbuild_file: kbuild_path,
         mechanisms,
         requirements,
+        no_source,
+        kernel_object,
+        preset,
     })
 }
 
@@ -109,6 +161,7 @@ fn file_for(
     (policy.units_by_dir().get(dir).map(|units| dir_file(units, rules)).unwrap_or_default(), None)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn source(
     policy: &Policy,
     rules: &Rules,
@@ -116,10 +169,13 @@ fn source(
     path: &UnitPath,
     id: MechId,
     decided: Option<DecidedBy>,
+    preset: &[(String, String)],
+    state: &State,
 ) -> Source {
     let vars = match decided {
         Some(DecidedBy::Object(v)) | Some(DecidedBy::Directory(v)) => vec![v],
         Some(DecidedBy::Flags(vs)) => vs,
+        Some(DecidedBy::NotConfigured(c)) => return Source::NotConfigured(c),
         _ => Vec::new(),
     };
     let Some(var) = vars.last() else {
@@ -127,11 +183,14 @@ fn source(
         return Source::Default {
             text: d.map(|d| d.default_text()).unwrap_or_default(),
             at: d.map(|d| format!("{}:{}", d.file, d.line)).unwrap_or_default(),
+            meaning: state.label(),
         };
     };
-    let env = instrumented_env();
+    // Names as Kbuild expands them: every mechanism configured, `$(BITS)` and the like preset.
+    let mut env = crate::kbuild::Env::with(preset.iter().cloned());
+    crate::mechanism::MECHANISMS.iter().for_each(|m| env.set(m.config, "y"));
     let Some(a) = file.assignments.iter().rev().find(|a| env.expand(&a.name) == *var || a.name == *var) else {
-        return Source::Default { text: format!("`{var}`"), at: String::new() };
+        return Source::Default { text: format!("`{var}`"), at: String::new(), meaning: state.label() };
     };
     if let (true, Some(d)) = (a.in_block, makefile::classify(a)) {
         // The deciding line may belong to another mechanism (UBSAN_SANITIZE decides signed-wrap).
@@ -140,7 +199,7 @@ fn source(
             u.path.kbuild_dir == path.kbuild_dir
                 && u.settings.contains_key(&d.mech)
                 && u.path.is_directory() == is_dir_var
-                && (is_dir_var || u.path == *path)
+                && (is_dir_var || u.path == *path || configs::substitute(&u.path.text, preset) == path.text)
         });
         if let Some(unit) = unit {
             return Source::Policy { unit, line: Some(a.line) };
@@ -162,13 +221,16 @@ fn shown(path: &Path) -> String {
 pub fn render_text(e: &Explanation, policy: &Policy) -> String {
     let file = e.kbuild_file.as_deref().map_or("generated block only, no tree".to_string(), shown);
     let mut out = format!("{}  ({file})\n", e.object);
+    for note in notes(e) {
+        out.push_str(&format!("  note: {note}\n"));
+    }
     for m in &e.mechanisms {
-        let (what, why) = describe(&m.source, policy, e);
-        out.push_str(&format!("  {:<18} {:<4} {what}\n", m.mech.get().name, short(&m.state)));
+        let d = describe(&m.source, policy, e);
+        out.push_str(&format!("  {:<18} {:<4} {}\n", m.mech.get().name, short(&m.state), d.what));
         if let State::Depends(_) = m.state {
             out.push_str(&format!("  {:<18}      {}\n", "", m.state.label()));
         }
-        for line in why {
+        for line in d.why.iter().chain(&d.line) {
             out.push_str(&format!("  {:<18}      {line}\n", ""));
         }
     }
@@ -186,6 +248,32 @@ pub fn render_text(e: &Explanation, policy: &Policy) -> String {
     out
 }
 
+/// What qualifies the whole answer: no source, the build it is for, the names expanded.
+fn notes(e: &Explanation) -> Vec<String> {
+    let mut notes = Vec::new();
+    if e.no_source {
+        notes.push(format!(
+            "no source for `{}` in the tree (no .c, .S or .rs, nor a rule building it): the states below are what Kbuild would apply to an object of that name, not facts about a built object",
+            e.object
+        ));
+    }
+    match e.kernel_object {
+        Some(true) => notes.push("for the given .config: a kernel object (obj-y/obj-m/lib-y) in this build".into()),
+        Some(false) => {
+            notes.push("for the given .config: not a kernel object in this build (not in obj-y, obj-m or lib-y)".into())
+        }
+        None => notes.push(
+            "over all configurations, with each mechanism's own option set; `--config FILE` answers for one build"
+                .into(),
+        ),
+    }
+    if !e.preset.is_empty() {
+        let vars: Vec<String> = e.preset.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        notes.push(format!("names expanded with {} (as Kbuild does)", vars.join(", ")));
+    }
+    notes
+}
+
 fn short(state: &State) -> &'static str {
     match state {
         State::On => "on",
@@ -194,8 +282,16 @@ fn short(state: &State) -> &'static str {
     }
 }
 
-/// (what decided, reason lines)
-fn describe(source: &Source, policy: &Policy, e: &Explanation) -> (String, Vec<String>) {
+/// What decided one mechanism, for text and JSON.
+struct Described {
+    what: String,
+    /// The reason (policy `why` and links, or the comment above a hand-written line).
+    why: Vec<String>,
+    /// Where the generated line is, for a policy entry.
+    line: Option<String>,
+}
+
+fn describe(source: &Source, policy: &Policy, e: &Explanation) -> Described {
     let file =
         e.kbuild_file.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| format!("{}/ (block)", e.kbuild_dir));
     match source {
@@ -203,19 +299,30 @@ fn describe(source: &Source, policy: &Policy, e: &Explanation) -> (String, Vec<S
             let u = &policy.units[*unit];
             let mut why: Vec<String> = u.why.lines().map(str::to_string).collect();
             why.extend(u.links.iter().map(|l| format!("see: {l}")));
-            if let Some(line) = line {
-                why.push(format!("generated line {file}:{line}"));
+            let when = if u.when.is_empty() { String::new() } else { format!(" under `{}`", u.when.join("` / `")) };
+            Described {
+                what: format!("policy {} `{}`{when}", u.location, u.path.text),
+                why,
+                line: line.map(|line| format!("generated line {file}:{line}")),
             }
-            (format!("policy {} `{}`", u.location, u.path.text), why)
         }
-        Source::Makefile { line, text, comment } => (
-            format!("hand-written {file}:{line} `{text}`"),
-            comment.as_deref().map(|c| c.lines().map(str::to_string).collect()).unwrap_or_default(),
-        ),
-        Source::Default { text, at } => {
-            (format!("kernel {text}{}", if at.is_empty() { String::new() } else { format!(" ({at})") }), Vec::new())
+        Source::Makefile { line, text, comment } => Described {
+            what: format!("hand-written {file}:{line} `{text}`"),
+            why: comment.as_deref().map(|c| c.lines().map(str::to_string).collect()).unwrap_or_default(),
+            line: None,
+        },
+        Source::Default { text, at, meaning } => Described {
+            what: format!(
+                "kernel default, meaning {meaning}: {text}{}",
+                if at.is_empty() { String::new() } else { format!(" ({at})") }
+            ),
+            why: Vec::new(),
+            line: None,
+        },
+        Source::NotConfigured(c) => {
+            Described { what: format!("`{c}` is not set in this .config"), why: Vec::new(), line: None }
         }
-        Source::NotRead => ("not read by this tree's Kbuild".into(), Vec::new()),
+        Source::NotRead => Described { what: "not read by this tree's Kbuild".into(), why: Vec::new(), line: None },
     }
 }
 
@@ -225,13 +332,14 @@ pub fn to_json(e: &Explanation, policy: &Policy) -> Value {
         .mechanisms
         .iter()
         .map(|m| {
-            let (decided_by, why) = describe(&m.source, policy, e);
+            let d = describe(&m.source, policy, e);
             json!({
                 "mechanism": m.mech.get().name,
                 "state": short(&m.state),
                 "detail": m.state.label(),
-                "decided_by": decided_by,
-                "reason": why,
+                "decided_by": d.what,
+                "reason": d.why,
+                "generated_line": d.line,
             })
         })
         .collect();
@@ -252,6 +360,9 @@ pub fn to_json(e: &Explanation, policy: &Policy) -> Value {
     json!({
         "object": e.object,
         "kbuild_file": e.kbuild_file.as_deref().map(shown),
+        "notes": notes(e),
+        "no_source": e.no_source,
+        "kernel_object": e.kernel_object,
         "mechanisms": mechanisms,
         "requirements": requirements,
     })
