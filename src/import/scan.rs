@@ -86,11 +86,27 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
         };
         let parsed = makefile::parse(&text);
         let dir = rel(tree, path.parent().unwrap_or(tree));
+        if parsed.directives().next().is_some() {
+            if let Some(d) = unreadable_block(&path, &text, &parsed) {
+                out.diags.push(d);
+                continue;
+            }
+        }
         let mut taken = Vec::new();
         for (i, d) in parsed.directives() {
             out.directives += 1;
             let a = &parsed.assignments[i];
             if let Err(why) = representable(tree, &path, &parsed, a, d) {
+                if a.in_block && is_kbuild_file_of_dir(&path) {
+                    // A generated line that cannot be read back would vanish from the policy
+                    // and from the block rewritten from it: refuse the run instead.
+                    out.diags.push(
+                        Diagnostic::error(Code::ConflictingDirective, format!("generated `{}` cannot be imported back: {why}", a.name))
+                            .at(Location::at_line(&path, &text, a.line))
+                            .hint("delete the hand-written line that also sets this variable outside the generated block, then rerun the import"),
+                    );
+                    continue;
+                }
                 out.diags.push(
                     Diagnostic::warning(Code::Unrepresentable, format!("`{}` not imported: {why}", a.name))
                         .at(Location::at_line(&path, &text, a.line))
@@ -114,7 +130,7 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
             });
             let unit = &mut units[slot];
             unit.settings.insert(d.mech, setting);
-            if let Some(c) = a.comment.as_ref().map(|c| c.trim().to_string()).filter(|c| !c.is_empty()) {
+            if let Some(c) = a.comment.as_deref().and_then(reason_text) {
                 if !unit.reasons.contains(&c) {
                     unit.reasons.push(c);
                 }
@@ -138,6 +154,47 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
     out
 }
 
+/// A comment paragraph as a reason, in the form a generated block writes it back (each line
+/// without trailing blanks), so that reading a block this import wrote gives the same reason.
+/// The placeholder a block carries for a unit without a reason is no reason.
+fn reason_text(comment: &str) -> Option<String> {
+    let lines: Vec<&str> = comment.lines().map(str::trim_end).collect();
+    let reason = lines.join("\n").trim().to_string();
+    (!reason.is_empty() && reason != PLACEHOLDER_REASON).then_some(reason)
+}
+
+/// Why the generated block of a file cannot be read back as units (bad input: nothing is
+/// written): broken markers, a hand edit the checksum shows, or a block inside a conditional.
+/// Reading it anyway would adopt a file every later run refuses, or bless a hand edit.
+fn unreadable_block(path: &Path, text: &str, parsed: &KbuildFile) -> Option<Diagnostic> {
+    if let Some(p) = parsed.marker_problems.first() {
+        return Some(
+            Diagnostic::error(Code::BadMarker, p.message.clone()).at(Location::at_line(path, text, p.line)).hint(
+                "restore one begin and one end marker on lines of their own, or delete the stray marker line, then rerun the import",
+            ),
+        );
+    }
+    let block = parsed.block.as_ref()?;
+    if block.recorded_checksum.as_deref() != Some(crate::emit::checksum(&block.body).as_str()) {
+        return Some(
+            Diagnostic::error(Code::HandEditedBlock, "generated block was edited by hand")
+                .at(Location::at_line(path, text, block.begin_line))
+                .label("checksum in the end marker no longer matches")
+                .hint("delete the block's two marker lines to import its lines as hand-written ones, then rerun the import"),
+        );
+    }
+    let nested = parsed.assignments.iter().filter(|a| a.in_block).find_map(|a| a.frames.iter().find(|f| f.line < block.begin_line));
+    nested.map(|f| {
+        Diagnostic::error(Code::BadMarker, "generated block inside a conditional")
+            .at(Location::at_line(path, text, f.line))
+            .hint("move the generated block out of this conditional (the policy's `when` says when a unit applies), then rerun the import")
+    })
+}
+
+fn is_kbuild_file_of_dir(path: &Path) -> bool {
+    path.parent().and_then(kbuild_file).as_deref() == Some(path)
+}
+
 fn rel(tree: &Path, path: &Path) -> String {
     path.strip_prefix(tree).unwrap_or(path).to_string_lossy().into_owned()
 }
@@ -152,9 +209,6 @@ fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, 
         } else {
             format!("`{name}` is not the directory's kbuild file")
         });
-    }
-    if a.in_block {
-        return Err("already inside a sanpolicy generated block".into());
     }
     if d.value == DirectiveValue::Other {
         return Err(format!("value `{}` is not a plain `n`/`y` or exactly the ftrace flags", a.value.escape_debug()));
