@@ -47,6 +47,7 @@ pub enum Code {
     BadReason,
     ConflictingUnits,
     Symlink,
+    OpaqueConstruct,
 }
 
 impl Code {
@@ -87,6 +88,7 @@ impl Code {
             Code::BadReason => "bad-reason",
             Code::ConflictingUnits => "conflicting-units",
             Code::Symlink => "symlink",
+            Code::OpaqueConstruct => "opaque-construct",
         }
     }
 
@@ -106,6 +108,7 @@ impl Code {
                 | Code::HandEditedBlock
                 | Code::UndocumentedAttribute
                 | Code::UnparsableSource
+                | Code::OpaqueConstruct
         )
     }
 }

@@ -183,7 +183,11 @@ fn unreadable_block(path: &Path, text: &str, parsed: &KbuildFile) -> Option<Diag
                 .hint("delete the block's two marker lines to import its lines as hand-written ones, then rerun the import"),
         );
     }
-    let nested = parsed.assignments.iter().filter(|a| a.in_block).find_map(|a| a.frames.iter().find(|f| f.line < block.begin_line));
+    let nested = parsed
+        .assignments
+        .iter()
+        .filter(|a| a.in_block)
+        .find_map(|a| a.frames.iter().find(|f| f.line < block.begin_line));
     nested.map(|f| {
         Diagnostic::error(Code::BadMarker, "generated block inside a conditional")
             .at(Location::at_line(path, text, f.line))

@@ -143,4 +143,3 @@ pub fn copy_tree(original: &Path, copy: &Path) -> bool {
     assert!(status.success(), "cp -a {} {} failed", original.display(), copy.display());
     false
 }
-
