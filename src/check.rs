@@ -224,10 +224,11 @@ fn opaque(
             Code::OpaqueConstruct,
             format!("`{}` cannot be proven exempt from `{id}`: make may change it at {}:{}", req.path.text, path.display(), o.line),
         )
-        .label(format!("{} there", o.construct))
+        .label(format!("{}:{} has {}", path.display(), o.line, o.construct))
         .hint(format!(
-            "replace that construct in {} by plain assignments (or move it out of the file), so that `{id}` is decided by lines sanpolicy reads",
-            path.display()
+            "replace the construct at {}:{} by plain assignments (or delete it), so that `{id}` is decided by lines sanpolicy reads",
+            path.display(),
+            o.line
         )),
     )
 }

@@ -376,3 +376,32 @@ fn linux_6_12_rerun_after_a_kill_converges() {
         total.elapsed()
     ));
 }
+
+/// Lines inside a `define` are the variable's text, not directives: import leaves them (and
+/// puts no block inside the `define`); a directive next to `$(eval …)` that may change it, or
+/// in a file that sets `.RECIPEPREFIX`, stays hand-written with a warning.
+#[test]
+fn import_leaves_what_make_reads_differently() {
+    let tree = small_tree(
+        "export define X\nKASAN_SANITIZE_a.o := n\nendef\nKCOV_INSTRUMENT_b.o := n\n\
+         KCSAN_SANITIZE_c.o := n\n$(eval KCSAN_SANITIZE_c.o := y)\n",
+    );
+    let out = adopt(tree.path(), false);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let policy = fs::read_to_string(tree.path().join(POLICY)).unwrap();
+    assert_eq!(policy.matches("[[unit]]").count(), 1, "{policy}");
+    assert!(policy.contains("path = \"lib/b.o\""), "{policy}");
+    assert!(err.contains("`KCSAN_SANITIZE_c.o` not imported: `$(eval …)` at line 6 may change it"), "{err}");
+    let makefile = fs::read_to_string(tree.path().join("lib/Makefile")).unwrap();
+    let define = makefile.find("export define X\nKASAN_SANITIZE_a.o := n\nendef\n").expect(&makefile);
+    assert!(makefile.find("# BEGIN").unwrap() > define, "the block landed inside the define:\n{makefile}");
+
+    let tree = small_tree(".RECIPEPREFIX := >\nKASAN_SANITIZE_a.o := n\n");
+    let out = adopt(tree.path(), false);
+    assert!(stderr(&out).contains("sets `.RECIPEPREFIX` (line 1)"), "{}", stderr(&out));
+    assert_eq!(
+        fs::read_to_string(tree.path().join("lib/Makefile")).unwrap(),
+        ".RECIPEPREFIX := >\nKASAN_SANITIZE_a.o := n\n"
+    );
+}

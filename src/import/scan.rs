@@ -214,6 +214,16 @@ fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, 
             format!("`{name}` is not the directory's kbuild file")
         });
     }
+    if let Some(o) = parsed.opaque.iter().find(|o| o.may_touch(d.mech)) {
+        // Moving the line into a block could move it across what make does there.
+        return Err(format!("{} at line {} may change it", o.construct, o.line));
+    }
+    if let Some(p) = parsed.assignments.iter().find(|b| b.name == ".RECIPEPREFIX") {
+        return Err(format!(
+            "the file sets `.RECIPEPREFIX` (line {}): a block's lines could read as recipe lines",
+            p.line
+        ));
+    }
     if d.value == DirectiveValue::Other {
         return Err(format!("value `{}` is not a plain `n`/`y` or exactly the ftrace flags", a.value.escape_debug()));
     }
