@@ -384,7 +384,7 @@ fn linux_6_12_rerun_after_a_kill_converges() {
 fn import_leaves_what_make_reads_differently() {
     let tree = small_tree(
         "export define X\nKASAN_SANITIZE_a.o := n\nendef\nKCOV_INSTRUMENT_b.o := n\n\
-         KCSAN_SANITIZE_c.o := n\n$(eval KCSAN_SANITIZE_c.o := y)\n",
+         $(eval KCSAN_SANITIZE_c.o := y)\nKCSAN_SANITIZE_c.o := n\n",
     );
     let out = adopt(tree.path(), false);
     let err = stderr(&out);
@@ -392,7 +392,7 @@ fn import_leaves_what_make_reads_differently() {
     let policy = fs::read_to_string(tree.path().join(POLICY)).unwrap();
     assert_eq!(policy.matches("[[unit]]").count(), 1, "{policy}");
     assert!(policy.contains("path = \"lib/b.o\""), "{policy}");
-    assert!(err.contains("`KCSAN_SANITIZE_c.o` not imported: `$(eval …)` at line 6 may change it"), "{err}");
+    assert!(err.contains("`KCSAN_SANITIZE_c.o` not imported: `$(eval …)` at line 5 may change it"), "{err}");
     let makefile = fs::read_to_string(tree.path().join("lib/Makefile")).unwrap();
     let define = makefile.find("export define X\nKASAN_SANITIZE_a.o := n\nendef\n").expect(&makefile);
     assert!(makefile.find("# BEGIN").unwrap() > define, "the block landed inside the define:\n{makefile}");

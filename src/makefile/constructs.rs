@@ -41,12 +41,41 @@ pub struct Opaque {
     pub construct: String,
     /// The mechanisms whose variables it may change; `None`: any (or how later lines are read).
     pub touches: Option<BTreeSet<MechId>>,
+    /// The names it may assign, as patterns; `None`: any.
+    pub names: Option<Vec<NamePattern>>,
+    /// It reads another file (`include`, `load`): what that file does is unknown here.
+    pub other_file: bool,
+}
+
+/// A name a construct may assign: `literal`, or (when `computed`) anything starting with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamePattern {
+    pub literal: String,
+    pub computed: bool,
 }
 
 impl Opaque {
+    /// A construct that may assign the variables of `names`.
+    pub fn new(line: usize, construct: impl Into<String>, names: Option<Vec<NamePattern>>) -> Opaque {
+        let touches = names.as_ref().map(|n| n.iter().flat_map(|p| mechanisms_named(&p.literal, p.computed)).collect());
+        Opaque { line, construct: construct.into(), touches, names, other_file: false }
+    }
+
     /// Whether this may change a variable of `id`.
     pub fn may_touch(&self, id: MechId) -> bool {
         self.touches.as_ref().is_none_or(|t| t.contains(&id))
+    }
+
+    /// Whether this may assign the variable written `name` (unexpanded).
+    pub fn may_assign(&self, name: &str) -> bool {
+        let literal = name.split('$').next().unwrap_or(name);
+        self.names.as_ref().is_none_or(|patterns| {
+            patterns.iter().any(|p| match (p.computed, literal.len() < name.len()) {
+                (false, false) => p.literal == name,
+                (false, true) => p.literal.starts_with(literal),
+                (true, _) => literal.starts_with(&p.literal) || p.literal.starts_with(literal),
+            })
+        })
     }
 }
 
@@ -115,14 +144,14 @@ fn closing(s: &str, open: u8, close: u8) -> Option<usize> {
 
 const MODIFIERS: &[&str] = &["export", "unexport", "override", "private", "define", "undefine"];
 
-/// The mechanisms make text (an `$(eval)` argument) may change when make reads it; `None`
-/// when it can change anything: a line that starts with a reference may expand to any
-/// assignment, and `include`/`load`/`.RECIPEPREFIX` change what is read.
-pub fn text_touches(text: &str) -> Option<BTreeSet<MechId>> {
+/// The names make text (an `$(eval)` argument) may assign when make reads it; `None` when it
+/// can assign anything: a line that starts with a reference may expand to any assignment, and
+/// `include`/`load`/`.RECIPEPREFIX` change what is read.
+pub fn text_names(text: &str) -> Option<Vec<NamePattern>> {
     if text == "$(guile)" {
         return None;
     }
-    let mut out = BTreeSet::new();
+    let mut out = Vec::new();
     for line in text.lines() {
         let code = super::strip_comment(line).0.trim();
         if code.is_empty() {
@@ -144,9 +173,15 @@ pub fn text_touches(text: &str) -> Option<BTreeSet<MechId>> {
         if literal.is_empty() || literal == ".RECIPEPREFIX" {
             return None;
         }
-        out.extend(mechanisms_named(literal, literal.len() < name.len()));
+        out.push(NamePattern { literal: literal.to_string(), computed: literal.len() < name.len() });
     }
     Some(out)
+}
+
+/// The mechanisms whose variables `text_names(text)` may assign (`None`: any).
+#[cfg(test)]
+fn text_touches(text: &str) -> Option<BTreeSet<MechId>> {
+    text_names(text).map(|n| n.iter().flat_map(|p| mechanisms_named(&p.literal, p.computed)).collect())
 }
 
 /// The text after the targets of a rule line (`a.o b.o: X := y` gives `X := y`): the first `:`
@@ -194,6 +229,11 @@ mod tests {
         assert_eq!(names(text_touches("K$(x) := y")).map(|v| v.len()), Some(6), "KASAN, KCSAN (2), KCOV, KMSAN (2)");
         assert_eq!(names(text_touches("include foo.mk")), None);
         assert_eq!(names(text_touches("obj-y += a.o")), Some(vec![]));
+        let o = Opaque::new(1, "x", text_names("CFLAGS_$(f) = -I y"));
+        assert!(o.may_assign("CFLAGS_test_fprobe.o") && !o.may_assign("ccflags-remove-$(CONFIG_FUNCTION_TRACER)"));
+        let o = Opaque::new(1, "x", text_names("KASAN_SANITIZE_a.o := y"));
+        assert!(o.may_assign("KASAN_SANITIZE_a.o") && !o.may_assign("KASAN_SANITIZE_b.o"));
+        assert!(o.may_assign("KASAN_SANITIZE_$(X).o") && !o.may_assign("KCOV_INSTRUMENT"));
     }
 
     #[test]

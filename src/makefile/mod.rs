@@ -8,7 +8,7 @@ mod directive;
 mod tree;
 
 pub use condition::{CondKind, Condition};
-pub use constructs::Opaque;
+pub use constructs::{NamePattern, Opaque};
 pub use directive::{classify, Directive, DirectiveValue};
 pub use tree::{is_kbuild_name, read_kbuild_files};
 
@@ -445,7 +445,10 @@ fn finish_assignment(file: &mut KbuildFile, index: usize, reading: &mut Reading)
             None
         };
         if let Some(construct) = construct {
-            file.opaque.push(Opaque { line: a.line, construct: construct.into(), touches: Some([d.mech].into()) });
+            let name = NamePattern { literal: a.name.clone(), computed: false };
+            let mut o = Opaque::new(a.line, construct, Some(vec![name]));
+            o.touches = Some([d.mech].into());
+            file.opaque.push(o);
         }
     }
     if a.name == ".RECIPEPREFIX" {
@@ -454,11 +457,8 @@ fn finish_assignment(file: &mut KbuildFile, index: usize, reading: &mut Reading)
         if a.frames.is_empty() && literal && plain && matches!(a.op, Op::Simple | Op::Recursive) {
             reading.recipe_prefix = a.value.chars().next().unwrap_or('\t');
         } else {
-            file.opaque.push(Opaque {
-                line: a.line,
-                construct: "a `.RECIPEPREFIX` change sanpolicy cannot follow (conditional or computed)".into(),
-                touches: None,
-            });
+            let construct = "a `.RECIPEPREFIX` change sanpolicy cannot follow (conditional or computed)";
+            file.opaque.push(Opaque::new(a.line, construct, None));
         }
     }
     if let Some(d) = directive {
@@ -474,28 +474,27 @@ fn other_line(file: &mut KbuildFile, code: &str, line: usize, reading: &mut Read
     match first {
         "include" | "-include" | "sinclude" | "load" | "-load" => {
             reading.in_rule = false;
-            file.opaque.push(Opaque {
-                line,
-                construct: format!("`{first}` of another file (sanpolicy does not read it)"),
-                touches: None,
-            });
+            let mut o = Opaque::new(line, format!("`{first}` of another file (sanpolicy does not read it)"), None);
+            o.other_file = true;
+            file.opaque.push(o);
         }
         "export" | "unexport" => reading.in_rule = false,
         "vpath" => {}
         _ => {
             let Some(rest) = constructs::after_targets(code) else { return };
-            let target_specific = constructs::text_touches(rest);
+            let target_specific = constructs::text_names(rest);
             let assigns =
                 parse_assignment(&Logical { text: rest.to_string(), line, end_line: line, start_byte: 0 }).is_some();
             if assigns {
                 // A target-specific value: after it, no recipe follows (make resets the rule).
                 reading.in_rule = false;
-                if target_specific.as_ref().is_none_or(|t| !t.is_empty()) {
-                    file.opaque.push(Opaque {
-                        line,
-                        construct: "a target-specific assignment (its value holds only for that target)".into(),
-                        touches: target_specific,
-                    });
+                let o = Opaque::new(
+                    line,
+                    "a target-specific assignment (its value holds only for that target)",
+                    target_specific,
+                );
+                if o.touches.as_ref().is_none_or(|t| !t.is_empty()) {
+                    file.opaque.push(o);
                 }
             } else {
                 reading.in_rule = true;
@@ -507,10 +506,10 @@ fn other_line(file: &mut KbuildFile, code: &str, line: usize, reading: &mut Read
 /// Every `$(eval …)` in `text` (line `line`) as opaque, with what its argument may touch.
 fn opaque_evals(file: &mut KbuildFile, text: &str, line: usize) {
     for argument in constructs::evals(text) {
-        let touches = constructs::text_touches(argument);
-        if touches.as_ref().is_none_or(|t| !t.is_empty()) {
-            let construct = if argument == "$(guile)" { "`$(guile …)`" } else { "`$(eval …)`" };
-            file.opaque.push(Opaque { line, construct: construct.into(), touches });
+        let construct = if argument == "$(guile)" { "`$(guile …)`" } else { "`$(eval …)`" };
+        let o = Opaque::new(line, construct, constructs::text_names(argument));
+        if o.touches.as_ref().is_none_or(|t| !t.is_empty()) {
+            file.opaque.push(o);
         }
     }
 }
