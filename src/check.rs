@@ -271,6 +271,10 @@ fn requirement(
     let dir = &req.path.kbuild_dir;
     let file = file_for(dir, tree, plan);
     for (id, loc) in &req.exempt {
+        if let Some(d) = opaque(req, *id, &file, rules, tree, plan) {
+            diags.push(d.at(loc.clone()).about(&req.path.text, Some(*id)));
+            continue;
+        }
         let failure = match first_instrumented(req, *id, &file, rules, tree, config) {
             Ok(Some(failure)) => failure,
             Ok(None) => continue,
@@ -315,6 +319,40 @@ fn requirement(
                 .about(&req.path.text, Some(*id)),
         );
     }
+}
+
+/// A construct in the file through which make may change `id`'s variables in ways sanpolicy
+/// cannot read (`$(eval)`, `include`, …): the requirement is not proven, whatever the lines say.
+fn opaque(
+    req: &Requirement,
+    id: MechId,
+    file: &KbuildFile,
+    rules: &Rules,
+    tree: Option<&Path>,
+    plan: &Plan,
+) -> Option<Diagnostic> {
+    let read = rules.reads(id);
+    let o = file.opaque.iter().find(|o| o.may_touch(id) || read.iter().any(|r| o.may_touch(*r)))?;
+    let dir = &req.path.kbuild_dir;
+    let path = plan
+        .files
+        .get(dir)
+        .map(|f| f.path.clone())
+        .or_else(|| tree.and_then(|t| kbuild_file(&t.join(dir))))
+        .unwrap_or_else(|| Path::new(dir).join("Makefile"));
+    let path = tree.and_then(|t| path.strip_prefix(t).ok()).unwrap_or(&path).to_path_buf();
+    Some(
+        Diagnostic::error(
+            Code::OpaqueConstruct,
+            format!("`{}` cannot be proven exempt from `{id}`: make may change it at {}:{}", req.path.text, path.display(), o.line),
+        )
+        .label(format!("{}:{} has {}", path.display(), o.line, o.construct))
+        .hint(format!(
+            "replace the construct at {}:{} by plain assignments (or delete it), so that `{id}` is decided by lines sanpolicy reads",
+            path.display(),
+            o.line
+        )),
+    )
 }
 
 struct Failure {

@@ -65,6 +65,7 @@ pub enum Code {
     ChangedDuringRun,
     Locked,
     BadConfig,
+    OpaqueConstruct,
 }
 
 impl Code {
@@ -123,6 +124,7 @@ impl Code {
             Code::ChangedDuringRun => "changed-during-run",
             Code::Locked => "locked",
             Code::BadConfig => "bad-config",
+            Code::OpaqueConstruct => "opaque-construct",
         }
     }
 
@@ -165,6 +167,7 @@ impl Code {
                 | Code::HandEditedBlock
                 | Code::PolicyRemoved
                 | Code::DeletedKbuildFile
+                | Code::OpaqueConstruct
         )
     }
 }

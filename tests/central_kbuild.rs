@@ -26,7 +26,6 @@
 //! if the include line is not read. Nothing passes without the tarball, make or gcc: each
 //! missing prerequisite fails the test with what to install.
 
-#[path = "support/kernel_source.rs"]
 mod kernel_source;
 
 use std::collections::BTreeMap;

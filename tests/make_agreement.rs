@@ -1034,3 +1034,172 @@ fn configuration_walk_agrees_with_make_on_real_files() {
     );
     assert!(totals.mismatches.is_empty(), "{} mismatches:\n{}", totals.mismatches.len(), totals.mismatches.join("\n"));
 }
+
+// Make constructs that can change a directive variable or how lines are read (issue 10, point 8)
+
+/// What the reader must do with a construct: follow it (agree with make on every decision, and
+/// report nothing), or report it as opaque for every mechanism where it disagrees with make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    Models,
+    /// `differs`: make's decision is not what the lines around the construct say, so a reader
+    /// that ignored the construct would agree wrongly (the case is not vacuous).
+    Reports {
+        differs: bool,
+    },
+}
+
+/// One row per construct of `src/makefile/constructs.rs`. `inc.mk` (beside the case) sets
+/// `KASAN_SANITIZE_foo.o := y`.
+const CONSTRUCTS: &[(&str, &str, Reader)] = &[
+    ("export define", "export define X\nKASAN_SANITIZE_foo.o := n\nendef\n", Reader::Models),
+    ("override define", "override define X\nKASAN_SANITIZE_foo.o := n\nendef\n", Reader::Models),
+    ("define X =", "define X =\nKASAN_SANITIZE_foo.o := n\nendef\n", Reader::Models),
+    ("define X :=", "define X :=\nKCOV_INSTRUMENT := n\nendef\n", Reader::Models),
+    ("define of a directive", "KASAN_SANITIZE := y\ndefine KASAN_SANITIZE_foo.o\nn\nendef\n", Reader::Models),
+    ("define := of a directive", "define KCOV_INSTRUMENT :=\nn\nendef\n", Reader::Models),
+    ("nested define", "define A\ndefine B\nendef\nKASAN_SANITIZE_foo.o := n\nendef\n", Reader::Models),
+    ("tab-led endef", "define A\n\tendef\nKASAN_SANITIZE_foo.o := n\nendef\n", Reader::Models),
+    ("export define nested", "define A\nexport define B\nendef\nKCOV_INSTRUMENT := n\n", Reader::Models),
+    ("undefine", "KASAN_SANITIZE_foo.o := n\nundefine KASAN_SANITIZE_foo.o\n", Reader::Models),
+    ("undefine under ifdef", "KASAN_SANITIZE := n\nifdef CONFIG_A\nundefine KASAN_SANITIZE\nendif\n", Reader::Models),
+    ("undefine of an override", "override KASAN_SANITIZE_foo.o := n\nundefine KASAN_SANITIZE_foo.o\n", Reader::Models),
+    (
+        "override undefine",
+        "override KASAN_SANITIZE_foo.o := n\noverride undefine KASAN_SANITIZE_foo.o\n",
+        Reader::Models,
+    ),
+    (
+        "override beats later lines",
+        "override KASAN_SANITIZE_foo.o := y\nKASAN_SANITIZE_foo.o := n\nKASAN_SANITIZE_foo.o += n\n",
+        Reader::Models,
+    ),
+    ("undefine then ?=", "KCOV_INSTRUMENT := y\nundefine KCOV_INSTRUMENT\nKCOV_INSTRUMENT ?= n\n", Reader::Models),
+    (
+        "export and unexport",
+        "export KASAN_SANITIZE_foo.o := n\nunexport KCOV_INSTRUMENT := n\nexport KCSAN_SANITIZE\n",
+        Reader::Models,
+    ),
+    ("keyword as a variable", "ifdef := 1\nKASAN_SANITIZE_foo.o := n\n", Reader::Models),
+    ("tab-led line before any rule", "\tKASAN_SANITIZE_foo.o := n\n", Reader::Models),
+    ("tab-led line after a rule", "bar: ;\n\tKASAN_SANITIZE_foo.o := n\n", Reader::Models),
+    (
+        "rule spans blanks, comments, ifs",
+        "bar: ;\n\n# c\nifdef CONFIG_A\n\tKASAN_SANITIZE_foo.o := n\nendif\n",
+        Reader::Models,
+    ),
+    ("assignment ends the rule", "bar: ;\nX := 1\n\tKASAN_SANITIZE_foo.o := n\n", Reader::Models),
+    ("target-specific ends the rule", "bar: Y := 1\n\tKASAN_SANITIZE_foo.o := n\n", Reader::Models),
+    (
+        ".RECIPEPREFIX makes a line a recipe",
+        ".RECIPEPREFIX := K\nbar: ;\nKASAN_SANITIZE_foo.o := n\n.RECIPEPREFIX :=\n",
+        Reader::Models,
+    ),
+    (
+        ".RECIPEPREFIX frees tab-led lines",
+        ".RECIPEPREFIX := >\nbar: ;\n\tKASAN_SANITIZE_foo.o := n\n.RECIPEPREFIX :=\n",
+        Reader::Models,
+    ),
+    (
+        ".RECIPEPREFIX under a condition",
+        "ifndef CONFIG_A\n.RECIPEPREFIX := K\nendif\nbar: ;\nKASAN_SANITIZE_foo.o := n\n.RECIPEPREFIX :=\n",
+        Reader::Reports { differs: true },
+    ),
+    (
+        "$(eval) after the lines",
+        "KASAN_SANITIZE_foo.o := n\n$(eval KASAN_SANITIZE_foo.o := y)\n",
+        Reader::Reports { differs: true },
+    ),
+    (
+        "${eval} in a value",
+        "KASAN_SANITIZE_foo.o := n\nX := ${eval KASAN_SANITIZE_foo.o := y}\n",
+        Reader::Reports { differs: true },
+    ),
+    (
+        "$(eval) in a condition",
+        "KCOV_INSTRUMENT := n\nifeq ($(eval KCOV_INSTRUMENT := y),)\nendif\n",
+        Reader::Reports { differs: true },
+    ),
+    (
+        "$(eval $(call …))",
+        "define gen\nKASAN_SANITIZE_$(1).o := y\nendef\nKASAN_SANITIZE_foo.o := n\n$(eval $(call gen,foo))\n",
+        Reader::Reports { differs: true },
+    ),
+    (
+        "$(eval) in a foreach",
+        "CFLAGS_REMOVE_foo.o := $(CC_FLAGS_FTRACE)\n$(foreach f,foo,$(eval CFLAGS_REMOVE_$(f).o :=))\n",
+        Reader::Reports { differs: true },
+    ),
+    ("$(eval) of an unrelated variable", "KASAN_SANITIZE_foo.o := n\n$(eval OTHER := y)\n", Reader::Models),
+    (
+        "target-specific directive",
+        "KASAN_SANITIZE_foo.o := n\nobjdir1/foo.o objdir0/foo.o: KASAN_SANITIZE_foo.o := y\n",
+        Reader::Reports { differs: true },
+    ),
+    (
+        "pattern-specific directive",
+        "KCOV_INSTRUMENT := n\n%.o: KCOV_INSTRUMENT := y\n",
+        Reader::Reports { differs: true },
+    ),
+    ("private directive", "private KASAN_SANITIZE_foo.o := n\n", Reader::Reports { differs: true }),
+    ("!= directive", "KASAN_SANITIZE := n\nKASAN_SANITIZE_foo.o != echo y\n", Reader::Reports { differs: true }),
+    ("include", "KASAN_SANITIZE_foo.o := n\ninclude inc.mk\n", Reader::Reports { differs: true }),
+    ("sinclude", "KASAN_SANITIZE_foo.o := n\nsinclude inc.mk\n", Reader::Reports { differs: true }),
+    ("-include", "KASAN_SANITIZE_foo.o := n\n-include inc.mk\n", Reader::Reports { differs: true }),
+];
+
+#[test]
+fn make_constructs_are_modelled_or_reported() {
+    let sets = rule_sets();
+    let probe = Probe::new(&sets);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("inc.mk"), "KASAN_SANITIZE_foo.o := y\n").unwrap();
+    let mut problems = Vec::new();
+    let mut reported = 0;
+    for (c, (name, text, expect)) in CONSTRUCTS.iter().enumerate() {
+        let parsed = makefile::parse(text);
+        let mut differs = false;
+        for (k, bits) in [0usize, 0b11].into_iter().enumerate() {
+            let s = Scenario { text: text.to_string(), config: config_from_bits(bits), bits: "64" };
+            let i = c * 2 + k;
+            let (case_file, driver_file) = (format!("case{i}.mk"), format!("driver{i}.mk"));
+            std::fs::write(tmp.path().join(&case_file), &s.text).unwrap();
+            std::fs::write(tmp.path().join(&driver_file), driver(&s, &case_file, &probe.tail)).unwrap();
+            let answers = match run_make(tmp.path(), &driver_file) {
+                Ok(a) => a,
+                Err(e) => {
+                    problems.push(format!("{name}: {e}"));
+                    continue;
+                }
+            };
+            let mut out = Outcome::default();
+            compare(i, &s, &answers, &probe, &sets, &mut out);
+            differs |= !out.mismatches.is_empty();
+            for m in &out.mismatches {
+                let id = MechId::by_name(m.mechanism).unwrap();
+                let rules = &sets.iter().find(|(n, _)| *n == m.rules).unwrap().1;
+                let covered =
+                    parsed.opaque.iter().any(|o| o.may_touch(id) || rules.reads(id).iter().any(|r| o.may_touch(*r)));
+                if *expect == Reader::Models || !covered {
+                    problems.push(format!(
+                        "{name} (config {bits:#b}): rules {} {} {}: make {:?}, rust {:?}, reported {:?}",
+                        m.rules, m.mechanism, m.object, m.make, m.rust, parsed.opaque
+                    ));
+                }
+            }
+        }
+        match expect {
+            Reader::Models if !parsed.opaque.is_empty() => {
+                problems.push(format!("{name}: modelled, yet reported {:?}", parsed.opaque))
+            }
+            Reader::Reports { .. } if parsed.opaque.is_empty() => problems.push(format!("{name}: not reported")),
+            Reader::Reports { differs: true } if !differs => {
+                problems.push(format!("{name}: make agrees with the lines around it: the case is vacuous"))
+            }
+            Reader::Reports { .. } => reported += 1,
+            Reader::Models => {}
+        }
+    }
+    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+    assert!(reported >= 10, "{reported} constructs reported");
+}

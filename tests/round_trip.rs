@@ -58,15 +58,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-#[path = "support/kernel_source.rs"]
-mod kernel_source;
-
-use kernel_source::Lease;
 use sanpolicy::generate::kbuild_file;
 use sanpolicy::kbuild::{DecisionKind, Rules};
 use sanpolicy::makefile::{self, BEGIN_MARKER, END_MARKER};
 use sanpolicy::mechanism::{Form, MechId, Polarity, MECHANISMS};
 use sanpolicy::policy::expand_variants;
+
+mod kernel_source;
+
+use kernel_source::{copy_tree, say, scratch_dir, Lease};
 
 const ENV_TREE: &str = "SANPOLICY_KERNEL_TREE";
 
@@ -192,18 +192,6 @@ fn tarball_round_trip(version: &str, expect: &Expect) {
     let scratch = scratch_dir(version);
     let problems = round_trip(version, lease.tree(), scratch.path(), Some(expect));
     finish(version, scratch, &problems);
-}
-
-fn scratch_dir(label: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("sanpolicy-round-trip-{label}-"))
-        .tempdir()
-        .expect("creating a temporary directory")
-}
-
-/// Write a line to stderr directly, so that it shows even when the harness captures output.
-fn say(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 fn kernel_version(tree: &Path) -> String {
@@ -585,20 +573,6 @@ fn directories_to_evaluate(
         }
     }
     dirs
-}
-
-/// `cp -al` (hard links); a full `cp -a` when the copy is on another file system. Returns
-/// whether the copy is hard-linked.
-fn copy_tree(original: &Path, copy: &Path) -> bool {
-    let linked =
-        Command::new("cp").arg("-al").arg(original).arg(copy).stderr(Stdio::null()).status().expect("running cp");
-    if linked.success() {
-        return true;
-    }
-    let _ = fs::remove_dir_all(copy);
-    let status = Command::new("cp").arg("-a").arg(original).arg(copy).status().expect("running cp");
-    assert!(status.success(), "cp -a {} {} failed", original.display(), copy.display());
-    false
 }
 
 /// The adopted files of the original still hash as before adopting, and no longer share their

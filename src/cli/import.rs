@@ -57,6 +57,13 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         return EXIT_BAD_INPUT;
     }
     let scan = with_spinner(&format!("reading kbuild files under {}", tree.display()), || import::scan(&tree, &rules));
+    if scan.diags.has_errors() {
+        // A kbuild file the import cannot read back (broken markers, a hand-edited block):
+        // adopting around it would leave a tree every later run refuses.
+        ui.report(&scan.diags.clone().sorted());
+        eprintln!("error: the tree has kbuild files import cannot read; nothing was written");
+        return EXIT_BAD_INPUT;
+    }
     let layout = policy::Layout::by_name(&args.layout).unwrap_or_default();
     let text = import::policy_toml(&scan.units, IMPORT_HEADER, layout);
     let (policy, diags) = policy::parse_str(&out, &text);

@@ -29,13 +29,23 @@ fn first_word(line: &str) -> &str {
     line.split(|c: char| c.is_whitespace() || c == '(').next().unwrap_or("")
 }
 
-/// Lines (1-based) to drop: the directives, comments only they used, then empty conditionals.
+/// Lines (1-based) to drop: the directives, comments only they used, then empty conditionals;
+/// and where the new block goes. A generated block already in the file (read back as units by
+/// the scan, e.g. after a killed run) is dropped whole and the new one takes its place, so a
+/// rerun on an adopted file rewrites it to the same bytes.
 fn removed_lines(t: &Taken, lines: &[&str]) -> (BTreeSet<usize>, usize) {
     let mut removed = BTreeSet::new();
     let taken: BTreeSet<usize> = t.assignments.iter().copied().collect();
     let mut anchor = usize::MAX;
+    if let Some(block) = &t.parsed.block {
+        removed.extend(block.begin_line..=block.end_line);
+        anchor = block.begin_line;
+    }
     for &i in &t.assignments {
         let a = &t.parsed.assignments[i];
+        if a.in_block {
+            continue;
+        }
         removed.extend(a.line..=a.end_line);
         let mut at = a.frames.first().map_or(a.line, |f| f.line);
         if let Some(start) = a.comment_line {

@@ -90,11 +90,27 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
         };
         let parsed = makefile::parse(&text);
         let dir = rel(tree, path.parent().unwrap_or(tree));
+        if parsed.directives().next().is_some() {
+            if let Some(d) = unreadable_block(&path, &text, &parsed) {
+                out.diags.push(d);
+                continue;
+            }
+        }
         let mut taken = Vec::new();
         for (i, d) in parsed.directives() {
             out.directives += 1;
             let a = &parsed.assignments[i];
             if let Err(why) = representable(tree, &path, &parsed, a, d) {
+                if a.in_block && is_kbuild_file_of_dir(&path) {
+                    // A generated line that cannot be read back would vanish from the policy
+                    // and from the block rewritten from it: refuse the run instead.
+                    out.diags.push(
+                        Diagnostic::error(Code::ConflictingDirective, format!("generated `{}` cannot be imported back: {why}", a.name))
+                            .at(Location::at_line(&path, &text, a.line))
+                            .hint("delete the hand-written line that also sets this variable outside the generated block, then rerun the import"),
+                    );
+                    continue;
+                }
                 out.diags.push(
                     Diagnostic::warning(Code::Unrepresentable, format!("`{}` not imported: {why}", a.name))
                         .at(Location::at_line(&path, &text, a.line))
@@ -127,7 +143,7 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
                     unit.flags.insert(d.mech, value);
                 }
             }
-            if let Some(c) = a.comment.as_ref().map(|c| c.trim().to_string()).filter(|c| !c.is_empty()) {
+            if let Some(c) = a.comment.as_deref().and_then(reason_text) {
                 if !unit.reasons.contains(&c) {
                     unit.reasons.push(c);
                 }
@@ -151,12 +167,57 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
     out
 }
 
+/// A comment paragraph as a reason, in the form a generated block writes it back (each line
+/// without trailing blanks), so that reading a block this import wrote gives the same reason.
+/// The placeholder a block carries for a unit without a reason is no reason.
+fn reason_text(comment: &str) -> Option<String> {
+    let lines: Vec<&str> = comment.lines().map(str::trim_end).collect();
+    let reason = lines.join("\n").trim().to_string();
+    (!reason.is_empty() && reason != PLACEHOLDER_REASON).then_some(reason)
+}
+
+/// Why the generated block of a file cannot be read back as units (bad input: nothing is
+/// written): broken markers, a hand edit the checksum shows, or a block inside a conditional.
+/// Reading it anyway would adopt a file every later run refuses, or bless a hand edit.
+fn unreadable_block(path: &Path, text: &str, parsed: &KbuildFile) -> Option<Diagnostic> {
+    if let Some(p) = parsed.marker_problems.first() {
+        return Some(
+            Diagnostic::error(Code::BadMarker, p.message.clone()).at(Location::at_line(path, text, p.line)).hint(
+                "restore one begin and one end marker on lines of their own, or delete the stray marker line, then rerun the import",
+            ),
+        );
+    }
+    let block = parsed.block.as_ref()?;
+    if block.recorded_checksum.as_deref() != Some(crate::emit::checksum(&block.body).as_str()) {
+        return Some(
+            Diagnostic::error(Code::HandEditedBlock, "generated block was edited by hand")
+                .at(Location::at_line(path, text, block.begin_line))
+                .label("checksum in the end marker no longer matches")
+                .hint("delete the block's two marker lines to import its lines as hand-written ones, then rerun the import"),
+        );
+    }
+    let nested = parsed
+        .assignments
+        .iter()
+        .filter(|a| a.in_block)
+        .find_map(|a| a.frames.iter().find(|f| f.line < block.begin_line));
+    nested.map(|f| {
+        Diagnostic::error(Code::BadMarker, "generated block inside a conditional")
+            .at(Location::at_line(path, text, f.line))
+            .hint("move the generated block out of this conditional (the policy's `when` says when a unit applies), then rerun the import")
+    })
+}
+
+fn is_kbuild_file_of_dir(path: &Path) -> bool {
+    path.parent().and_then(kbuild_file).as_deref() == Some(path)
+}
+
 fn rel(tree: &Path, path: &Path) -> String {
     path.strip_prefix(tree).unwrap_or(path).to_string_lossy().into_owned()
 }
 
 /// Why a directive cannot become a policy unit, or Ok.
-fn representable(tree: &Path, path: &Path, _parsed: &KbuildFile, a: &Assignment, d: &Directive) -> Result<(), String> {
+fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, d: &Directive) -> Result<(), String> {
     let dir = path.parent().unwrap_or(tree);
     if kbuild_file(dir).as_deref() != Some(path) {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -166,8 +227,19 @@ fn representable(tree: &Path, path: &Path, _parsed: &KbuildFile, a: &Assignment,
             format!("`{name}` is not the directory's kbuild file")
         });
     }
-    if a.in_block {
-        return Err("already inside a sanpolicy generated block".into());
+    // The block goes where the first adopted line stood, so a line moves up, across what make
+    // does above it. An `include` is moved across as before: the round trip
+    // (`tests/round_trip.rs`) has make prove that the 6.1 and 6.12 trees keep their meaning,
+    // and `check` still reports the file.
+    let above = |o: &&crate::makefile::Opaque| o.line < a.line && !o.other_file && o.may_assign(&a.name);
+    if let Some(o) = parsed.opaque.iter().find(above) {
+        return Err(format!("{} at line {} may change it", o.construct, o.line));
+    }
+    if let Some(p) = parsed.assignments.iter().find(|b| b.name == ".RECIPEPREFIX") {
+        return Err(format!(
+            "the file sets `.RECIPEPREFIX` (line {}): a block's lines could read as recipe lines",
+            p.line
+        ));
     }
     if let Some(why) = crate::makefile::unmodelled(a, d) {
         return Err(why);

@@ -524,7 +524,7 @@ fn guards_of(file: &KbuildFile) -> Vec<Vec<Condition>> {
             Event::Endif => {
                 stack.pop();
             }
-            Event::Assign(i) => out[*i] = stack.iter().flatten().cloned().collect(),
+            Event::Assign(i) | Event::Undefine(i) => out[*i] = stack.iter().flatten().cloned().collect(),
         }
     }
     out

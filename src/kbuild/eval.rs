@@ -11,6 +11,8 @@ use crate::makefile::{Condition, Event, KbuildFile, Op};
 struct Var {
     value: String,
     recursive: bool,
+    /// Set by `override`: later plain assignments and `undefine` leave it alone.
+    overridden: bool,
 }
 
 /// Variables after running a kbuild file.
@@ -36,12 +38,13 @@ impl Oracle for Evaluate {
 impl Env {
     /// An environment with simple (`:=`) variables preset, like values from `auto.conf`.
     pub fn with(preset: impl IntoIterator<Item = (String, String)>) -> Env {
-        let vars = preset.into_iter().map(|(k, v)| (k, Var { value: v, recursive: false })).collect();
+        let vars =
+            preset.into_iter().map(|(k, v)| (k, Var { value: v, recursive: false, overridden: false })).collect();
         Env { vars }
     }
 
     pub fn set(&mut self, name: &str, value: &str) {
-        self.vars.insert(name.to_string(), Var { value: value.to_string(), recursive: false });
+        self.vars.insert(name.to_string(), Var { value: value.to_string(), recursive: false, overridden: false });
     }
 
     /// Run every assignment of `file` in order, under the conditionals `oracle` lets through.
@@ -66,9 +69,24 @@ impl Env {
                 }
                 Event::Assign(i) if active(&stack) => {
                     let a = &file.assignments[*i];
-                    self.assign(&self.expand(&a.name), a.op, &a.value);
+                    let name = self.expand(&a.name);
+                    let overriding = a.modifiers.iter().any(|m| m == "override");
+                    if overriding || !self.vars.get(name.trim()).is_some_and(|v| v.overridden) {
+                        self.assign(&name, a.op, &a.value);
+                        if let Some(v) = self.vars.get_mut(name.trim()) {
+                            v.overridden |= overriding;
+                        }
+                    }
                 }
-                Event::Assign(_) => {}
+                Event::Undefine(i) if active(&stack) => {
+                    let a = &file.assignments[*i];
+                    let name = self.expand(&a.name);
+                    let overriding = a.modifiers.iter().any(|m| m == "override");
+                    if overriding || !self.vars.get(name.trim()).is_some_and(|v| v.overridden) {
+                        self.vars.remove(name.trim());
+                    }
+                }
+                Event::Assign(_) | Event::Undefine(_) => {}
             }
         }
     }
@@ -79,26 +97,27 @@ impl Env {
         match op {
             Op::Simple | Op::Immediate => {
                 let v = self.expand(value);
-                self.vars.insert(name, Var { value: v, recursive: false });
+                self.vars.insert(name, Var { value: v, recursive: false, overridden: false });
             }
             Op::Recursive => {
-                self.vars.insert(name, Var { value: value.to_string(), recursive: true });
+                self.vars.insert(name, Var { value: value.to_string(), recursive: true, overridden: false });
             }
             Op::Conditional => {
-                self.vars.entry(name).or_insert(Var { value: value.to_string(), recursive: true });
+                self.vars.entry(name).or_insert(Var { value: value.to_string(), recursive: true, overridden: false });
             }
             Op::Append => {
                 let existing = self.vars.get(&name).cloned();
                 let var = match existing {
                     // Make adds the separating blank only when the old value is non-empty.
-                    Some(old) if old.recursive => Var { value: join(&old.value, value), recursive: true },
-                    Some(old) => Var { value: join(&old.value, &self.expand(value)), recursive: false },
-                    None => Var { value: value.to_string(), recursive: true },
+                    Some(old) if old.recursive => Var { value: join(&old.value, value), ..old },
+                    Some(old) => Var { value: join(&old.value, &self.expand(value)), ..old },
+                    None => Var { value: value.to_string(), recursive: true, overridden: false },
                 };
                 self.vars.insert(name, var);
             }
             Op::Shell => {
-                self.vars.insert(name, Var { value: String::new(), recursive: false });
+                // The shell's output is unknown; the reader lists a directive set this way as opaque.
+                self.vars.insert(name, Var { value: String::new(), recursive: false, overridden: false });
             }
         }
     }

@@ -3,10 +3,12 @@
 //! block markers, and which assignments are instrumentation directives.
 
 mod condition;
+mod constructs;
 mod directive;
 mod tree;
 
 pub use condition::{CondKind, Condition};
+pub use constructs::{NamePattern, Opaque};
 pub use directive::{classify, is_plain_flag, unmodelled, Directive, DirectiveValue};
 pub use tree::{is_kbuild_name, read_kbuild_files, walk_kbuild_files, Walk};
 
@@ -145,6 +147,9 @@ pub struct KbuildFile {
     pub events: Vec<Event>,
     /// Every branch of every conditional, in the order they close.
     pub branches: Vec<Branch>,
+    /// Where make may change directive variables in ways sanpolicy cannot read (`$(eval)`,
+    /// `include`, target-specific values, …; the table in `constructs`), in line order.
+    pub opaque: Vec<Opaque>,
     /// Index into `assignments` and classification of every instrumentation directive, in order
     /// (classified once at parse time; the resolver asks for them many times).
     directives: Vec<(usize, Directive)>,
@@ -157,6 +162,8 @@ pub enum Event {
     Else(Option<Condition>),
     Endif,
     Assign(usize),
+    /// `undefine` of the (unexpanded) name of `assignments[i]`.
+    Undefine(usize),
 }
 
 impl KbuildFile {
@@ -223,31 +230,81 @@ fn logical_lines(text: &str) -> Vec<Logical> {
     out
 }
 
-/// Parse kbuild file text. Never fails: anything unrecognised is simply not an assignment.
+/// An open `define`: the assignment it becomes, how deep it nests, its body so far.
+struct OpenDefine {
+    /// Index in `assignments`, or `None` for a `define` under a modifier make ignores here.
+    assignment: usize,
+    depth: usize,
+    body: Vec<String>,
+}
+
+/// How lines are being read: make's recipe prefix and whether a rule line came before (then a
+/// line led by the prefix is a recipe line).
+struct Reading {
+    recipe_prefix: char,
+    in_rule: bool,
+}
+
+impl Reading {
+    fn is_recipe(&self, raw: &str) -> bool {
+        self.in_rule && raw.starts_with(self.recipe_prefix)
+    }
+}
+
+/// Parse kbuild file text. Never fails: anything unrecognised is simply not an assignment, and
+/// what make may do that the reader does not follow is listed in `opaque` (see `constructs`).
 pub fn parse(text: &str) -> KbuildFile {
     let mut file = KbuildFile::default();
     let mut groups: Vec<Vec<Frame>> = Vec::new();
     // Per open group: (1-based line, byte after it) of the `if…`/`else` opening its current branch.
     let mut opened: Vec<(usize, usize)> = Vec::new();
-    let mut in_define = 0usize;
+    let mut define: Option<OpenDefine> = None;
     let mut define_line = 0usize;
+    let mut reading = Reading { recipe_prefix: '\t', in_rule: false };
     let mut comment: Option<(String, usize)> = None;
     let mut paragraph_comment: Option<(String, usize)> = None;
     let mut block_begin: Option<(usize, usize)> = None;
     for logical in logical_lines(text) {
         let trimmed = logical.text.trim();
+        if let Some(open) = define.as_mut() {
+            if marker(trimmed).is_some() {
+                file.marker_problems.push(MarkerProblem {
+                    line: logical.line,
+                    message: "generated block marker inside a `define`: make reads it as part of the variable".into(),
+                });
+            }
+            // make 4.3 `do_define`: only lines not led by the recipe prefix can nest or end it.
+            if !logical.text.starts_with(reading.recipe_prefix) {
+                match define_keyword(trimmed) {
+                    Some("define") => open.depth += 1,
+                    Some("endef") => open.depth -= 1,
+                    _ => {}
+                }
+            }
+            if open.depth > 0 {
+                open.body.push(logical.text.clone());
+                continue;
+            }
+            let open = define.take().expect("open define");
+            let body = open.body.join("\n");
+            opaque_evals(&mut file, &body, define_line);
+            let a = &mut file.assignments[open.assignment];
+            a.value = body;
+            a.end_line = logical.end_line;
+            a.bytes.end = next_line_byte(text, &logical);
+            finish_assignment(&mut file, open.assignment, &mut reading);
+            paragraph_comment = None;
+            continue;
+        }
         if let Some(kind) = marker(trimmed) {
             handle_marker(&mut file, &mut block_begin, kind, &logical, text);
             comment = None;
             paragraph_comment = None;
             continue;
         }
-        if in_define > 0 {
-            match first_word(trimmed) {
-                "endef" => in_define -= 1,
-                "define" => in_define += 1,
-                _ => {}
-            }
+        if reading.is_recipe(&logical.text) {
+            // Make expands a recipe line when it runs the rule: an `$(eval` there still counts.
+            opaque_evals(&mut file, &logical.text, logical.line);
             continue;
         }
         if trimmed.is_empty() {
@@ -256,44 +313,39 @@ pub fn parse(text: &str) -> KbuildFile {
             continue;
         }
         if let Some(c) = trimmed.strip_prefix('#') {
-            if !logical.text.starts_with('\t') {
-                let c = c.strip_prefix(' ').unwrap_or(c);
-                if c.starts_with("SPDX-License-Identifier") {
-                    continue;
-                }
-                comment = Some(match comment.take() {
-                    Some((mut prev, line)) => {
-                        prev.push('\n');
-                        prev.push_str(c);
-                        (prev, line)
-                    }
-                    None => (c.to_string(), logical.line),
-                });
+            let c = c.strip_prefix(' ').unwrap_or(c);
+            if c.starts_with("SPDX-License-Identifier") {
                 continue;
             }
+            comment = Some(match comment.take() {
+                Some((mut prev, line)) => {
+                    prev.push('\n');
+                    prev.push_str(c);
+                    (prev, line)
+                }
+                None => (c.to_string(), logical.line),
+            });
+            continue;
         }
         if let Some(c) = comment.take() {
             paragraph_comment = Some(c);
         }
-        if logical.text.starts_with('\t') {
-            continue; // recipe line
-        }
-        match first_word(trimmed) {
-            "define" => {
-                in_define += 1;
-                define_line = logical.line;
-                continue;
-            }
+        let code = strip_comment(trimmed).0.trim();
+        opaque_evals(&mut file, code, logical.line);
+        // Make tries a line as an assignment first: `ifdef := 1` assigns `ifdef`.
+        let assignment = parse_assignment(&logical);
+        let keyword =
+            if assignment.as_ref().is_some_and(|a| a.modifiers.is_empty()) { "" } else { first_word(trimmed) };
+        match keyword {
             "ifdef" | "ifndef" | "ifeq" | "ifneq" => {
-                let cond_text = strip_comment(trimmed).0.trim();
-                let condition = Condition::parse(cond_text).unwrap_or_else(|_| Condition::unparsed(cond_text));
+                let condition = Condition::parse(code).unwrap_or_else(|_| Condition::unparsed(code));
                 file.events.push(Event::If(condition.clone()));
                 groups.push(vec![Frame { condition, line: logical.line, in_else: false }]);
                 opened.push((logical.line, next_line_byte(text, &logical)));
                 continue;
             }
             "else" => {
-                let rest = strip_comment(trimmed).0.trim()[4..].trim().to_string();
+                let rest = code[4..].trim().to_string();
                 let chained = Condition::parse(&rest).ok();
                 file.events.push(Event::Else(chained.clone()));
                 close_branch(&mut file, &groups, &mut opened, &logical);
@@ -317,37 +369,197 @@ pub fn parse(text: &str) -> KbuildFile {
             }
             _ => {}
         }
-        let Some(mut a) = parse_assignment(&logical) else {
+        let Some(mut a) = assignment.or_else(|| header(&logical)) else {
+            other_line(&mut file, code, logical.line, &mut reading);
             paragraph_comment = None;
             continue;
         };
         a.frames = groups.iter().flatten().cloned().collect();
+        a.in_block = block_begin.is_some();
+        a.bytes = logical.start_byte..next_line_byte(text, &logical);
+        let index = file.assignments.len();
+        let is_define = a.modifiers.iter().any(|m| m == "define");
+        file.assignments.push(a);
+        if is_define {
+            define_line = logical.line;
+            define = Some(OpenDefine { assignment: index, depth: 1, body: Vec::new() });
+            // Its comment and classification wait for the body (the value).
+            if let Some((c, line)) = &paragraph_comment {
+                file.assignments[index].comment = Some(c.clone());
+                file.assignments[index].comment_line = Some(*line);
+            }
+            continue;
+        }
         // A comment explains the run of directives right below it; any other line ends the run.
-        let directive = classify(&a);
+        let directive = classify(&file.assignments[index]);
         match (&paragraph_comment, &directive) {
             (Some((c, line)), Some(_)) => {
-                a.comment = Some(c.clone());
-                a.comment_line = Some(*line);
+                file.assignments[index].comment = Some(c.clone());
+                file.assignments[index].comment_line = Some(*line);
             }
             _ => paragraph_comment = None,
         }
-        if let Some(d) = directive {
-            file.directives.push((file.assignments.len(), d));
-        }
-        a.in_block = block_begin.is_some();
-        a.bytes = logical.start_byte..next_line_byte(text, &logical);
-        file.events.push(Event::Assign(file.assignments.len()));
-        file.assignments.push(a);
+        finish_assignment(&mut file, index, &mut reading);
     }
     if let Some((line, _)) = block_begin {
         file.marker_problems.push(MarkerProblem { line, message: "generated block has no end marker".into() });
     }
-    file.unclosed = if in_define > 0 {
+    file.unclosed = if define.is_some() {
         Some((define_line, "define".to_string()))
     } else {
         groups.first().and_then(|g| g.first()).map(|f| (f.line, first_word(&f.condition.text).to_string()))
     };
     file
+}
+
+/// `define`/`endef` as make's `do_define` spots them: the first word, alone or before a blank
+/// (`endef#x` is not one).
+fn define_keyword(trimmed: &str) -> Option<&'static str> {
+    let word = &trimmed[..trimmed.find([' ', '\t']).unwrap_or(trimmed.len())];
+    ["define", "endef"].into_iter().find(|k| *k == word)
+}
+
+/// A `define` or `undefine` line (with any modifiers before it) as an assignment: `define`
+/// takes its value from the body; `undefine` has none and becomes `Event::Undefine`.
+fn header(logical: &Logical) -> Option<Assignment> {
+    let (code, _) = strip_comment(&logical.text);
+    let mut rest = code.trim_start();
+    let mut modifiers = Vec::new();
+    let keyword = loop {
+        let word = rest.split_whitespace().next()?;
+        rest = rest[word.len()..].trim_start();
+        match word {
+            "export" | "unexport" | "override" | "private" => modifiers.push(word.to_string()),
+            "define" | "undefine" => break word,
+            _ => return None,
+        }
+    };
+    modifiers.push(keyword.to_string());
+    let (name, op) = if keyword == "define" {
+        // `define NAME`, `define NAME =`, `define NAME :=` …: the name ends at a blank or an operator.
+        let ops = [
+            (":::=", Op::Immediate),
+            ("::=", Op::Simple),
+            (":=", Op::Simple),
+            ("+=", Op::Append),
+            ("?=", Op::Conditional),
+            ("!=", Op::Shell),
+            ("=", Op::Recursive),
+        ];
+        let trimmed = rest.trim_end();
+        match ops.iter().find(|(s, _)| trimmed.ends_with(s)) {
+            Some((s, op)) => (trimmed[..trimmed.len() - s.len()].trim_end(), *op),
+            None => (trimmed, Op::Recursive),
+        }
+    } else {
+        (rest.trim_end(), Op::Recursive)
+    };
+    if name.is_empty() {
+        return None;
+    }
+    Some(Assignment {
+        name: name.to_string(),
+        op,
+        value: String::new(),
+        inline_comment: None,
+        modifiers,
+        line: logical.line,
+        end_line: logical.end_line,
+        frames: Vec::new(),
+        comment: None,
+        comment_line: None,
+        in_block: false,
+        continued: logical.end_line > logical.line,
+        bytes: 0..0,
+        value_start: logical.start_byte,
+        indent: logical.text[..logical.text.len() - logical.text.trim_start().len()].to_string(),
+    })
+}
+
+/// Record the assignment at `index` as an event (and a directive), and note what it does to
+/// the reading of later lines or what make does with it that the reader cannot follow.
+fn finish_assignment(file: &mut KbuildFile, index: usize, reading: &mut Reading) {
+    // An assignment ends the rule before it (make's `record_waiting_files`).
+    reading.in_rule = false;
+    let a = &file.assignments[index];
+    let undefine = a.modifiers.iter().any(|m| m == "undefine");
+    let directive = classify(a);
+    if let Some(d) = &directive {
+        let construct = if a.modifiers.iter().any(|m| m == "private") {
+            Some("a `private` directive (invisible in the recipes where Kbuild reads it)")
+        } else if a.op == Op::Shell {
+            Some("a directive set by `!=` (the shell decides its value)")
+        } else {
+            None
+        };
+        if let Some(construct) = construct {
+            let name = NamePattern { literal: a.name.clone(), computed: false };
+            let mut o = Opaque::new(a.line, construct, Some(vec![name]));
+            o.touches = Some([d.mech].into());
+            file.opaque.push(o);
+        }
+    }
+    if a.name == ".RECIPEPREFIX" {
+        let literal = !a.value.contains('$') || a.op == Op::Recursive;
+        let plain = a.modifiers.iter().all(|m| m == "export" || m == "override") && !undefine;
+        if a.frames.is_empty() && literal && plain && matches!(a.op, Op::Simple | Op::Recursive) {
+            reading.recipe_prefix = a.value.chars().next().unwrap_or('\t');
+        } else {
+            let construct = "a `.RECIPEPREFIX` change sanpolicy cannot follow (conditional or computed)";
+            file.opaque.push(Opaque::new(a.line, construct, None));
+        }
+    }
+    if let Some(d) = directive {
+        file.directives.push((index, d));
+    }
+    file.events.push(if undefine { Event::Undefine(index) } else { Event::Assign(index) });
+}
+
+/// A line that is neither an assignment nor a conditional: `include`, `load`, `export NAME`, or
+/// a rule (maybe with a target-specific assignment).
+fn other_line(file: &mut KbuildFile, code: &str, line: usize, reading: &mut Reading) {
+    let first = first_word(code);
+    match first {
+        "include" | "-include" | "sinclude" | "load" | "-load" => {
+            reading.in_rule = false;
+            let mut o = Opaque::new(line, format!("`{first}` of another file (sanpolicy does not read it)"), None);
+            o.other_file = true;
+            file.opaque.push(o);
+        }
+        "export" | "unexport" => reading.in_rule = false,
+        "vpath" => {}
+        _ => {
+            let Some(rest) = constructs::after_targets(code) else { return };
+            let target_specific = constructs::text_names(rest);
+            let assigns =
+                parse_assignment(&Logical { text: rest.to_string(), line, end_line: line, start_byte: 0 }).is_some();
+            if assigns {
+                // A target-specific value: after it, no recipe follows (make resets the rule).
+                reading.in_rule = false;
+                let o = Opaque::new(
+                    line,
+                    "a target-specific assignment (its value holds only for that target)",
+                    target_specific,
+                );
+                if o.touches.as_ref().is_none_or(|t| !t.is_empty()) {
+                    file.opaque.push(o);
+                }
+            } else {
+                reading.in_rule = true;
+            }
+        }
+    }
+}
+
+/// Every `$(eval …)` in `text` (line `line`) as opaque, with what its argument may touch.
+fn opaque_evals(file: &mut KbuildFile, text: &str, line: usize) {
+    for argument in constructs::evals(text) {
+        let construct = if argument == "$(guile)" { "`$(guile …)`" } else { "`$(eval …)`" };
+        let o = Opaque::new(line, construct, constructs::text_names(argument));
+        if o.touches.as_ref().is_none_or(|t| !t.is_empty()) {
+            file.opaque.push(o);
+        }
+    }
 }
 
 /// Byte offset of the line after `logical` (the file's end for the last line).

@@ -1,19 +1,19 @@
-//! The Debian kernel source packages (`/usr/src/linux-source-<version>.tar.xz`), extracted once
-//! per run of a test binary and shared by its tests ([`Lease`]). Included with
-//! `#[path = "support/kernel_source.rs"] mod kernel_source;` by the tests that need a real tree
-//! (`round_trip.rs`, `central_kbuild.rs`).
+//! Shared by `tests/round_trip.rs`, `tests/import_rerun.rs` and `tests/central_kbuild.rs`: the Debian kernel source
+//! tarballs, extracted once per test binary into a temporary directory shared by the tests of
+//! that run (see [`Lease`]), and hard-linked copies of them.
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
 /// `/usr/src/linux-source-<version>.tar.xz`, extracted into a temporary directory that goes
 /// when this is dropped.
-struct Extracted {
+pub struct Extracted {
     version: String,
     tree: PathBuf,
     scratch: Option<tempfile::TempDir>,
@@ -37,7 +37,7 @@ impl Extracted {
             fs::read_dir(src).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
         assert_eq!(tops.len(), 1, "{} should hold one top directory: {tops:?}", tarball.display());
         let tree = tops.remove(0);
-        say(&format!("kernel source {version}: extracted {} in {:.1?}", tarball.display(), start.elapsed()));
+        say(&format!("round-trip {version}: extracted {} in {:.1?}", tarball.display(), start.elapsed()));
         Extracted { version: version.to_string(), tree, scratch: Some(scratch) }
     }
 }
@@ -48,9 +48,9 @@ impl Drop for Extracted {
         let start = Instant::now();
         let path = scratch.path().to_path_buf();
         if let Err(e) = scratch.close() {
-            say(&format!("kernel source {}: could not remove {}: {e}", self.version, path.display()));
+            say(&format!("round-trip {}: could not remove {}: {e}", self.version, path.display()));
         }
-        say(&format!("kernel source {}: removed the extracted tree in {:.1?}", self.version, start.elapsed()));
+        say(&format!("round-trip {}: removed the extracted tree in {:.1?}", self.version, start.elapsed()));
     }
 }
 
@@ -118,14 +118,28 @@ impl Drop for Lease {
     }
 }
 
-fn scratch_dir(label: &str) -> tempfile::TempDir {
+pub fn scratch_dir(label: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
-        .prefix(&format!("sanpolicy-kernel-source-{label}-"))
+        .prefix(&format!("sanpolicy-round-trip-{label}-"))
         .tempdir()
         .expect("creating a temporary directory")
 }
 
 /// Write a line to stderr directly, so that it shows even when the harness captures output.
-fn say(line: &str) {
+pub fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// `cp -al` (hard links); a full `cp -a` when the copy is on another file system. Returns
+/// whether the copy is hard-linked.
+pub fn copy_tree(original: &Path, copy: &Path) -> bool {
+    let linked =
+        Command::new("cp").arg("-al").arg(original).arg(copy).stderr(Stdio::null()).status().expect("running cp");
+    if linked.success() {
+        return true;
+    }
+    let _ = fs::remove_dir_all(copy);
+    let status = Command::new("cp").arg("-a").arg(original).arg(copy).status().expect("running cp");
+    assert!(status.success(), "cp -a {} {} failed", original.display(), copy.display());
+    false
 }
