@@ -99,7 +99,7 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
         let policy = policy::load(&policy_path);
         (policy, rules.join().unwrap_or_else(|_| (Rules::builtin(), Diagnostics::default())))
     });
-    for (path, text) in &policy.files {
+    for (path, text) in policy.sources() {
         ui.sources.insert(path, text);
     }
     diags.extend(policy_diags);

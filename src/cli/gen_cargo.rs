@@ -128,7 +128,7 @@ pub fn run(args: &GenCargoArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         return EXIT_BAD_INPUT;
     }
     let (policy, policy_diags) = policy::load(&policy_path);
-    for (path, text) in &policy.files {
+    for (path, text) in policy.sources() {
         ui.sources.insert(path, text);
     }
     if policy_diags.has_bad_input() {

@@ -143,6 +143,8 @@ pub struct Policy {
     pub builtin_requirements: bool,
     /// `[[acknowledge]]` entries.
     pub acknowledged: Vec<Acknowledgement>,
+    /// The compiled-in requirements' name and text, when they apply (for diagnostics; not a file).
+    pub builtin: Option<(PathBuf, String)>,
 }
 
 impl Default for Policy {
@@ -156,6 +158,7 @@ impl Default for Policy {
             layout: Layout::default(),
             builtin_requirements: true,
             acknowledged: Vec::new(),
+            builtin: None,
         }
     }
 }
@@ -168,6 +171,11 @@ pub const BUILTIN_REQUIREMENTS: &str = include_str!("../../policy/recursion-pron
 pub const BUILTIN_REQUIREMENTS_NAME: &str = "<sanpolicy>/recursion-prone.toml";
 
 impl Policy {
+    /// Every text a diagnostic may point into: the files read, and the built-in requirements.
+    pub fn sources(&self) -> impl Iterator<Item = (&PathBuf, &String)> {
+        self.files.iter().chain(self.builtin.iter()).map(|(p, t)| (p, t))
+    }
+
     /// The directories whose kbuild files the policy writes to, sorted.
     pub fn directories(&self) -> Vec<&str> {
         let mut dirs: Vec<&str> = self.units.iter().map(|u| u.path.kbuild_dir.as_str()).collect();

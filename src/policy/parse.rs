@@ -61,7 +61,7 @@ fn add_builtin_requirements(policy: &mut Policy, diags: &mut Diagnostics) {
     let key = |r: &Requirement| (r.path.text.clone(), r.exempt.iter().map(|(id, _)| *id).collect::<Vec<_>>());
     let stated: Vec<_> = policy.requirements.iter().map(key).collect();
     policy.requirements.extend(builtin.requirements.into_iter().filter(|r| !stated.contains(&key(r))));
-    policy.files.extend(builtin.files);
+    policy.builtin = builtin.files.into_iter().next();
 }
 
 /// Parse policy text that is not on disk (tests, stdin).
