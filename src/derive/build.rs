@@ -64,8 +64,9 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
             return Err(Failure {
                 message: format!("CONFIG_{missing} is not `y` in `{}` after olddefconfig", config.display()),
                 hint: format!(
-                    "a dependency of CONFIG_{missing} is off in this tree: remove `{}` to start again from tinyconfig, or set it with `make O={} menuconfig`",
+                    "a dependency of CONFIG_{missing} is off in this tree: remove `{}` to start again from tinyconfig, or set it with `make -C {} O={} menuconfig`",
                     build.display(),
+                    tree.display(),
                     build.display()
                 ),
             });

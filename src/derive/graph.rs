@@ -31,8 +31,9 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Join units, each with the object it was compiled into.
-    pub fn build(units: &[(String, Unit)]) -> Graph {
+    /// Join units, each with the object it was compiled into. Calls to names `is_hook` accepts
+    /// are instrumentation, counted from the objects instead, not edges.
+    pub fn build(units: &[(String, Unit)], is_hook: &dyn Fn(&str) -> bool) -> Graph {
         let mut g = Graph::default();
         let mut globals: HashMap<&str, Vec<FuncId>> = HashMap::new();
         let mut locals: Vec<HashMap<&str, FuncId>> = Vec::with_capacity(units.len());
@@ -55,6 +56,9 @@ impl Graph {
         for ((_, unit), local) in units.iter().zip(&locals) {
             for call in &unit.calls {
                 let Some(&from) = local.get(call.from.as_str()) else { continue };
+                if is_hook(&call.to) {
+                    continue;
+                }
                 g.calls += 1;
                 if call.to == INDIRECT {
                     g.indirect[from] += 1;
@@ -159,7 +163,7 @@ mod tests {
              edge: { sourcename: \"b.c:helper\" targetname: \"stopme\" label: \"\" }\n\
              edge: { sourcename: \"stopme\" targetname: \"asm_only\" label: \"\" }\n",
         );
-        let g = Graph::build(&[("a.o".into(), a), ("b.o".into(), b)]);
+        let g = Graph::build(&[("a.o".into(), a), ("b.o".into(), b)], &|_| false);
         let id = |name: &str, obj: usize| g.funcs.iter().position(|f| f.name == name && f.object == obj).unwrap();
         assert_eq!(g.indirect[id("helper", 0)], 1);
         assert_eq!(g.undefined_calls, 1);

@@ -155,8 +155,8 @@ pub fn analyse(
 ) -> Result<Derivation, Failure> {
     let mut timings = Vec::new();
     let start = Instant::now();
-    let units = load_units(build)?;
-    let g = Graph::build(&units);
+    let units = load_units(tree, build)?;
+    let g = Graph::build(&units, &|name| runtime.is_hook(name));
     drop(units);
     timings.push((format!("call graph ({} .ci files)", g.objects.len()), start.elapsed()));
 
@@ -244,7 +244,7 @@ fn linked_objects(build: &Path) -> Option<std::collections::HashSet<String>> {
 /// Every `.ci` file under `build` of an object linked into vmlinux, with its object path
 /// relative to the build directory, sorted by path so a run's output does not depend on the
 /// order the file system lists directories in.
-fn load_units(build: &Path) -> Result<Vec<(String, callgraph::Unit)>, Failure> {
+fn load_units(tree: &Path, build: &Path) -> Result<Vec<(String, callgraph::Unit)>, Failure> {
     let linked = linked_objects(build);
     let mut paths: Vec<(String, PathBuf)> = walkdir::WalkDir::new(build)
         .into_iter()
@@ -262,7 +262,8 @@ fn load_units(build: &Path) -> Result<Vec<(String, callgraph::Unit)>, Failure> {
         return Err(Failure {
             message: format!("no `.ci` call graphs under `{}`", build.display()),
             hint: format!(
-                "build with the compiler's call graph: `make O={} {} vmlinux`",
+                "gcc writes them when asked: `make -C {} O={} {} vmlinux` (the compiler must be gcc)",
+                tree.display(),
                 build.display(),
                 build::KCFLAGS
             ),
@@ -275,7 +276,11 @@ fn load_units(build: &Path) -> Result<Vec<(String, callgraph::Unit)>, Failure> {
         })?;
         let unit = callgraph::parse(&text).map_err(|(line, m)| Failure {
             message: format!("{}:{line}: not a gcc call graph: {m}", path.display()),
-            hint: format!("remove `{}` and rebuild so gcc writes it again", path.display()),
+            hint: format!(
+                "remove `{}` and `{}`, then run derive again so gcc writes both again",
+                path.display(),
+                path.with_extension("o").display()
+            ),
         })?;
         Ok((object.clone(), unit))
     })

@@ -178,10 +178,9 @@ pub fn requirements_toml(d: &Derivation, command: &str) -> String {
     let name = d.mechanism;
     let mut out = format!(
         "# Requirement candidates derived by `{command}` from the kernel's call graph.\n\
-         # Each object below is {} -instrumented and runs inside the {} runtime; review each one\n\
-         # (is the chain a path the runtime really takes?) before moving it into the policy.\n",
-        name,
-        d.runtime.mech.get().title
+         # Each object below is instrumented for {title} and runs inside its runtime; review each\n\
+         # one (is the chain a path the runtime really takes?) before moving it into the policy.\n",
+        title = d.runtime.mech.get().title
     );
     for f in d.findings.iter().filter(|f| f.state == ObjectState::Instrumented && f.sites > 0) {
         let why = format!(
