@@ -223,3 +223,144 @@ fn kasan_derivation_on_linux_6_12_finds_lockdep_then_sees_it_exempt() {
     let disagreements = exempted["stats"]["disagreements"].as_array().unwrap();
     assert!(!disagreements.iter().any(|d| d["object"] == "kernel/locking/lockdep.o"), "{disagreements:?}");
 }
+
+/// A miniature kernel: a runtime in `mm/kasan/`, and objects compiled by gcc with or without
+/// KASAN, each as its kbuild file says except `lib/liar.o` (its Makefile exempts it, but it was
+/// compiled instrumented: the model and the object disagree).
+struct Miniature {
+    _dir: tempfile::TempDir,
+    tree: PathBuf,
+    build: PathBuf,
+}
+
+fn miniature() -> Miniature {
+    let dir = tempfile::tempdir().unwrap();
+    let (tree, build) = (dir.path().join("tree"), dir.path().join("build"));
+    let files: &[(&str, &str, bool)] = &[
+        (
+            "mm/kasan/generic.c",
+            "long helper(long *); long quiet(long *); long liar(long *);\n\
+             volatile int reported;\n\
+             void kasan_report(void) { reported = 1; }\n\
+             void __asan_load8_noabort(unsigned long a) { if (!a) kasan_report(); helper((long *)a); }\n\
+             long __kasan_alloc(long *p) { return quiet(p) + liar(p); }\n",
+            false,
+        ),
+        ("lib/helper.c", "void rare(long *);\nlong helper(long *p) { long v = *p; rare(p); return v + p[1]; }\n", true),
+        ("lib/quiet.c", "long quiet(long *p) { return *p; }\n", false),
+        ("lib/liar.c", "long liar(long *p) { return *p; }\n", true),
+        ("kernel/rare.c", "long deep(long *);\nvoid rare(long *p) { deep(p); }\n", true),
+        ("kernel/deep.c", "long deep(long *p) { return *p; }\n", true),
+        ("kernel/unused.c", "long unused(long *p) { return *p; }\n", true),
+    ];
+    for (dir, makefile) in [
+        ("mm/kasan", "KASAN_SANITIZE := n\n"),
+        ("lib", "KASAN_SANITIZE_quiet.o := n\nKASAN_SANITIZE_liar.o := n\n"),
+        ("kernel", "obj-y += rare.o deep.o unused.o\n"),
+    ] {
+        fs::create_dir_all(tree.join(dir)).unwrap();
+        fs::create_dir_all(build.join(dir)).unwrap();
+        fs::write(tree.join(dir).join("Makefile"), makefile).unwrap();
+    }
+    for (path, source, kasan) in files {
+        fs::write(tree.join(path), source).unwrap();
+        let mut gcc = Command::new("gcc");
+        gcc.args(["-c", "-O2", "-fno-inline", "-fcallgraph-info"]);
+        if *kasan {
+            gcc.args(["-fsanitize=kernel-address", "--param", "asan-instrumentation-with-call-threshold=0"]);
+            gcc.args(["--param", "asan-stack=0", "--param", "asan-globals=0"]);
+        }
+        let object = build.join(path).with_extension("o");
+        let status = gcc.arg("-o").arg(&object).arg(tree.join(path)).status().expect("gcc is needed");
+        assert!(status.success(), "gcc failed on {path}");
+        assert!(object.with_extension("ci").is_file(), "gcc writes the .ci beside the object");
+    }
+    Miniature { _dir: dir, tree, build }
+}
+
+const MINIATURE_RUNTIME: &str = r#"
+[[runtime]]
+mechanism = "kasan"
+files = ["mm/kasan/"]
+entries = ["__asan_", "__kasan_"]
+hooks = ["__asan_load", "__asan_store"]
+[[runtime.stop]]
+functions = ["rare", "kasan_report"]
+why = "taken only rarely"
+"#;
+
+const MINIATURE_REQUIREMENTS: &str = r#"
+[[require]]
+path = "lib/helper.o"
+exempt = ["kasan"]
+why = "reached"
+[[require]]
+path = "kernel/deep.o"
+exempt = ["kasan"]
+why = "behind a stop"
+[[require]]
+path = "kernel/unused.o"
+exempt = ["kasan"]
+why = "never called"
+[[require]]
+path = "kernel/absent.o"
+exempt = ["kasan"]
+why = "not built"
+[[require]]
+path = "mm/kasan/"
+exempt = ["kasan"]
+why = "the runtime"
+[[require]]
+path = "lib/quiet.o"
+exempt = ["kcsan"]
+why = "another mechanism"
+"#;
+
+#[test]
+fn miniature_kernel_walk_sites_stops_verdicts_and_disagreement() {
+    use sanpolicy::derive::{analyse, runtimes, ObjectState, Verdict};
+    let m = miniature();
+    let runtime = runtimes::parse(MINIATURE_RUNTIME).unwrap().remove(0);
+    let (policy, diags) = sanpolicy::policy::parse_str(Path::new("req.toml"), MINIATURE_REQUIREMENTS);
+    assert!(!diags.has_errors(), "{diags:?}");
+    let rules = sanpolicy::kbuild::Rules::builtin();
+    let d = analyse(&m.tree, &m.build, &runtime, &rules, &policy.requirements).unwrap();
+
+    let found: Vec<(&str, ObjectState, u32, Vec<&str>)> = d
+        .findings
+        .iter()
+        .map(|f| (f.object.as_str(), f.state, f.sites, f.witness.iter().map(String::as_str).collect()))
+        .collect();
+    // helper has two 8-byte loads; liar one; quiet none (compiled without KASAN). Ranked by sites.
+    assert_eq!(
+        found,
+        [
+            ("lib/helper.o", ObjectState::Instrumented, 2, vec!["__asan_load8_noabort", "helper"]),
+            ("lib/liar.o", ObjectState::Instrumented, 1, vec!["__kasan_alloc", "liar"]),
+            ("lib/quiet.o", ObjectState::Exempt, 0, vec!["__kasan_alloc", "quiet"]),
+        ]
+    );
+    let stops: Vec<(&str, Vec<&str>)> =
+        d.stops.iter().map(|s| (s.function.as_str(), s.witness.iter().map(String::as_str).collect())).collect();
+    assert!(stops.contains(&("rare", vec!["__asan_load8_noabort", "helper", "rare"])), "{stops:?}");
+    assert!(stops.contains(&("kasan_report", vec!["__asan_load8_noabort", "kasan_report"])), "{stops:?}");
+
+    let verdict = |path: &str| d.requirements.iter().find(|r| r.path == path).map(|r| r.verdict.clone()).unwrap();
+    assert!(matches!(verdict("lib/helper.o"), Verdict::Derived { sites: 2, .. }));
+    assert_eq!(
+        verdict("kernel/deep.o"),
+        Verdict::ThroughStop {
+            stop: "rare".into(),
+            witness: ["__asan_load8_noabort", "helper", "rare", "deep"].map(String::from).to_vec()
+        }
+    );
+    assert_eq!(verdict("kernel/unused.o"), Verdict::NotReached);
+    assert_eq!(verdict("kernel/absent.o"), Verdict::NotBuilt);
+    assert_eq!(verdict("mm/kasan/"), Verdict::Runtime);
+    assert_eq!(verdict("lib/quiet.o"), Verdict::OtherMechanisms(vec!["kcsan".into()]));
+
+    // The Makefile exempts liar.o, its code calls the hook: reported, and only that one.
+    let disagree: Vec<(&str, u32)> = d.disagreements.iter().map(|x| (x.object.as_str(), x.hook_calls)).collect();
+    assert_eq!(disagree, [("lib/liar.o", 1)]);
+    assert_eq!((d.stats.functions_reached, d.stats.objects_reached, d.stats.sites), (3, 3, 3));
+}
