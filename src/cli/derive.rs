@@ -125,6 +125,7 @@ pub fn run(args: &DeriveArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         Err(f) => return bad(ui, Diagnostic::error(Code::Io, f.message).hint(f.hint)),
     };
     d.timings.splice(0..0, built.steps);
+    d.objects_compiled = Some(built.compiled);
     if let Some(out) = &args.write_requirements {
         let command = format!("{} derive --mechanism {}", defaults.program, args.mechanism);
         if let Err(e) = crate::output::write_atomic(out, &render::requirements_toml(&d, &command)) {

@@ -77,7 +77,7 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
     let jobs = format!("-j{jobs}");
     make(tree, build, &[&jobs, KCFLAGS, TARGET], &mut output, &log)?;
     built.compiled = output.lines().filter(|l| l.trim_start().starts_with("CC ")).count();
-    built.steps.push((format!("make {TARGET} ({} objects compiled)", built.compiled), start.elapsed()));
+    built.steps.push((format!("make {TARGET}"), start.elapsed()));
     write_log(&log, &output);
     Ok(built)
 }

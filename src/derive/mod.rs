@@ -142,7 +142,10 @@ pub struct Derivation {
     pub requirements: Vec<RequirementCheck>,
     /// Reached functions with the most indirect calls: (function, object, calls).
     pub indirect: Vec<(String, String, u32)>,
+    /// Where the time went, step by step.
     pub timings: Vec<(String, Duration)>,
+    /// Objects Kbuild compiled in this run, when the run built (0: nothing had changed).
+    pub objects_compiled: Option<usize>,
 }
 
 /// Analyse `build` (already built from `tree`) for `runtime`.
@@ -158,11 +161,11 @@ pub fn analyse(
     let units = load_units(tree, build)?;
     let g = Graph::build(&units, &|name| runtime.is_hook(name));
     drop(units);
-    timings.push((format!("call graph ({} .ci files)", g.objects.len()), start.elapsed()));
+    timings.push(("call graph".into(), start.elapsed()));
 
     let start = Instant::now();
     let sites = read_objects(build, &g.objects, runtime)?;
-    timings.push((format!("objects ({} read)", g.objects.len()), start.elapsed()));
+    timings.push(("objects".into(), start.elapsed()));
 
     let start = Instant::now();
     let models = model_states(tree, rules, runtime, &g.objects);
@@ -200,6 +203,7 @@ pub fn analyse(
         requirements: Vec::new(),
         indirect: indirect(&g, &walk),
         timings: Vec::new(),
+        objects_compiled: None,
     };
     d.requirements = requirements.iter().map(|r| check_requirement(r, &d, &g, &unstopped, runtime)).collect();
     d.stats = stats(&g, &walk, runtime, &sites, &d, entries.len(), &models);

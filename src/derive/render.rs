@@ -133,7 +133,8 @@ pub fn markdown(d: &Derivation) -> String {
 pub fn timings(d: &Derivation) -> String {
     let total: Duration = d.timings.iter().map(|(_, t)| *t).sum();
     let parts: Vec<String> = d.timings.iter().map(|(what, t)| format!("{what} {:.2} s", secs(*t))).collect();
-    format!("{} — total {:.2} s", parts.join(", "), secs(total))
+    let compiled = d.objects_compiled.map(|n| format!(" ({n} objects compiled)")).unwrap_or_default();
+    format!("{} — total {:.2} s{compiled}; {} units read", parts.join(", "), secs(total), d.stats.units)
 }
 
 pub fn to_json(d: &Derivation) -> Value {
@@ -168,6 +169,7 @@ pub fn to_json(d: &Derivation) -> Value {
             "stops": d.stops.iter().map(|st| json!({"function": st.function, "object": st.object, "why": st.why, "witness": st.witness})).collect::<Vec<_>>(),
             "disagreements": d.disagreements.iter().map(|x| json!({"object": x.object, "model": x.model, "hook_calls": x.hook_calls, "functions": x.functions})).collect::<Vec<_>>(),
             "requirements": d.requirements.iter().map(|r| json!({"path": r.path, "verdict": verdict_key(&r.verdict), "detail": verdict_text(&r.verdict)})).collect::<Vec<_>>(),
+            "objects_compiled": d.objects_compiled,
             "seconds": d.timings.iter().map(|(what, t)| (what.clone(), json!(secs(*t)))).collect::<serde_json::Map<String, Value>>(),
         }
     })
