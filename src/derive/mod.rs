@@ -216,25 +216,14 @@ pub fn analyse(
 /// for the boot loader, the vDSO or the real-mode trampoline does not join the kernel's graph
 /// (it defines its own `memcpy`). `None` when the build has no `vmlinux.a` (then every `.ci` counts).
 fn linked_objects(build: &Path) -> Option<std::collections::HashSet<String>> {
-    let mut archives = vec![build.join("vmlinux.a"), build.join("lib/lib.a")];
+    let vmlinux = std::fs::read(build.join("vmlinux.a")).ok()?;
+    let mut libs = vec![build.join("lib/lib.a")];
     if let Ok(arches) = std::fs::read_dir(build.join("arch")) {
-        archives.extend(arches.flatten().map(|e| e.path().join("lib/lib.a")));
+        libs.extend(arches.flatten().map(|e| e.path().join("lib/lib.a")));
     }
+    let archives = std::iter::once(vmlinux).chain(libs.iter().filter_map(|p| std::fs::read(p).ok()));
     let mut out = std::collections::HashSet::new();
-    let bytes = std::fs::read(&archives[0]).ok()?;
-    for (i, path) in archives.iter().enumerate() {
-        let owned;
-        let bytes = if i == 0 {
-            &bytes
-        } else {
-            match std::fs::read(path) {
-                Ok(b) => {
-                    owned = b;
-                    &owned
-                }
-                Err(_) => continue,
-            }
-        };
+    for bytes in archives {
         let Ok(archive) = object::read::archive::ArchiveFile::parse(bytes.as_slice()) else { continue };
         for member in archive.members().flatten() {
             if let Ok(name) = std::str::from_utf8(member.name()) {
