@@ -16,6 +16,7 @@
 pub mod cargo;
 pub mod check;
 pub mod cli;
+pub mod derive;
 pub mod diagnostic;
 pub mod emit;
 pub mod generate;

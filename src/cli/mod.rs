@@ -20,6 +20,7 @@ macro_rules! outln {
 mod check;
 mod context;
 mod dotconfig;
+mod derive;
 mod gen;
 mod gen_cargo;
 mod hook;
@@ -136,6 +137,11 @@ enum Command {
         after_help = "Example:\n  sanpolicy install-hook\n  sanpolicy install-hook --force   # replace a hook sanpolicy did not write"
     )]
     InstallHook(hook::InstallHookArgs),
+    /// Derive the recursion-prone set from the kernel's real call graph (builds the tree).
+    #[command(
+        after_help = "Examples:\n  sanpolicy derive --build /tmp/kasan-build\n  cargo xtask derive --tree /usr/src/linux --mechanism kcsan --format json"
+    )]
+    Derive(derive::DeriveArgs),
 }
 
 /// Parse `args` (program name first) and run; returns the exit code.
@@ -160,5 +166,6 @@ pub fn main(args: impl IntoIterator<Item = String>, defaults: &Defaults) -> u8 {
         Command::Diff(a) => review::diff_run(&a, defaults, &mut ui),
         Command::PreCommit(a) => hook::pre_commit_run(&a, defaults, &mut ui),
         Command::InstallHook(a) => hook::install_run(&a, defaults, &mut ui),
+        Command::Derive(a) => derive::run(&a, defaults, &mut ui),
     }
 }

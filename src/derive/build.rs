@@ -1,0 +1,124 @@
+//! The real build: the tree's own Kbuild, out of tree in `--build DIR`, configured once from
+//! `tinyconfig` plus the runtime's Kconfig symbols (with the tree's `scripts/config`), and built
+//! with gcc's call-graph output (`KCFLAGS=-fcallgraph-info`). Kbuild's own dependency tracking
+//! makes a rerun recompile only what changed; the command line never varies between runs, since
+//! Kbuild rebuilds every object whose command line changed.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::runtimes::Runtime;
+
+/// The flag that makes gcc write `x.ci` beside `x.o`.
+pub const KCFLAGS: &str = "KCFLAGS=-fcallgraph-info";
+
+/// The make target: every built-in object, linked, so the graph is the kernel's.
+const TARGET: &str = "vmlinux";
+
+/// Where make's output goes, inside the build directory.
+pub const LOG: &str = "sanpolicy-derive.log";
+
+/// What the build step did and how long each part took.
+#[derive(Debug, Clone, Default)]
+pub struct Built {
+    pub steps: Vec<(String, Duration)>,
+    /// Objects Kbuild compiled in this run (its `CC` lines): 0 when nothing changed.
+    pub compiled: usize,
+    pub log: PathBuf,
+}
+
+/// A build step that failed: what, and where to look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub message: String,
+    pub hint: String,
+}
+
+/// Configure (when needed) and build `tree` in `build` for `runtime`.
+pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Result<Built, Failure> {
+    let log = build.join(LOG);
+    let mut built = Built { log: log.clone(), ..Built::default() };
+    fs::create_dir_all(build).map_err(|e| Failure {
+        message: format!("cannot create the build directory `{}`: {e}", build.display()),
+        hint: "pass a writable directory with `--build DIR`".into(),
+    })?;
+    let mut output = String::new();
+    let start = Instant::now();
+    let config = build.join(".config");
+    if !config.is_file() {
+        make(tree, build, &["tinyconfig"], &mut output, &log)?;
+    }
+    if !configured(&fs::read_to_string(&config).unwrap_or_default(), runtime) {
+        let mut args: Vec<String> = vec!["--file".into(), config.display().to_string()];
+        for (flag, symbols) in [("-e", &runtime.config.enable), ("-d", &runtime.config.disable)] {
+            for s in symbols {
+                args.extend([flag.to_string(), s.clone()]);
+            }
+        }
+        run(Command::new(tree.join("scripts/config")).args(&args), "scripts/config", &mut output, &log)?;
+        make(tree, build, &["olddefconfig"], &mut output, &log)?;
+        let text = fs::read_to_string(&config).unwrap_or_default();
+        if let Some(missing) = runtime.config.require.iter().find(|s| !is_set(&text, s)) {
+            return Err(Failure {
+                message: format!("CONFIG_{missing} is not `y` in `{}` after olddefconfig", config.display()),
+                hint: format!(
+                    "a dependency of CONFIG_{missing} is off in this tree: remove `{}` to start again from tinyconfig, or set it with `make -C {} O={} menuconfig`",
+                    build.display(),
+                    tree.display(),
+                    build.display()
+                ),
+            });
+        }
+    }
+    built.steps.push(("configure".into(), start.elapsed()));
+    let start = Instant::now();
+    let jobs = format!("-j{jobs}");
+    make(tree, build, &[&jobs, KCFLAGS, TARGET], &mut output, &log)?;
+    built.compiled = output.lines().filter(|l| l.trim_start().starts_with("CC ")).count();
+    built.steps.push((format!("make {TARGET}"), start.elapsed()));
+    write_log(&log, &output);
+    Ok(built)
+}
+
+/// Whether `.config` already holds what the runtime needs (then it is left alone, so Kbuild
+/// sees no configuration change and rebuilds nothing).
+fn configured(text: &str, runtime: &Runtime) -> bool {
+    runtime.config.require.iter().all(|s| is_set(text, s)) && !runtime.config.disable.iter().any(|s| is_set(text, s))
+}
+
+fn is_set(config: &str, symbol: &str) -> bool {
+    let line = format!("CONFIG_{symbol}=y");
+    config.lines().any(|l| l == line)
+}
+
+fn make(tree: &Path, build: &Path, args: &[&str], output: &mut String, log: &Path) -> Result<(), Failure> {
+    let mut cmd = Command::new("make");
+    cmd.arg("-C").arg(tree).arg(format!("O={}", build.display())).args(args);
+    run(&mut cmd, &format!("make {}", args.join(" ")), output, log)
+}
+
+/// Run a step, keeping its output for the log; a failure points at the log.
+fn run(cmd: &mut Command, what: &str, output: &mut String, log: &Path) -> Result<(), Failure> {
+    let result = cmd.stdin(Stdio::null()).output();
+    let out = result.map_err(|e| Failure {
+        message: format!("cannot run `{what}`: {e}"),
+        hint: "install GNU make and gcc (`apt-get install make gcc flex bison bc libelf-dev libssl-dev`)".into(),
+    })?;
+    output.push_str(&String::from_utf8_lossy(&out.stdout));
+    output.push_str(&String::from_utf8_lossy(&out.stderr));
+    if out.status.success() {
+        return Ok(());
+    }
+    write_log(log, output);
+    Err(Failure {
+        message: format!("`{what}` failed ({})", out.status),
+        hint: format!("read the build's output in `{}`, fix the cause, and run derive again", log.display()),
+    })
+}
+
+/// The log is a by-product in the build directory; failing to write it must not hide the result.
+fn write_log(log: &Path, output: &str) {
+    let _ = crate::output::write_atomic(log, output);
+}

@@ -1,0 +1,519 @@
+//! `derive`: the recursion-prone set derived from the kernel's real call graph. From a build
+//! directory holding objects and gcc's `.ci` call graphs (see [`build`]), it walks from a
+//! runtime's entries ([`runtimes`]) through the compiler's call edges, counts each reached
+//! function's instrumentation sites from the object's relocations ([`elf`]), cross-checks every
+//! object's instrumented-or-not against the effective state sanpolicy computes for it, and
+//! judges the shipped requirements against what it found.
+
+pub mod build;
+pub mod callgraph;
+pub mod elf;
+pub mod graph;
+pub mod render;
+pub mod runtimes;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::generate::{kbuild_file, read_kbuild};
+use crate::kbuild::configs::{Prepared, State};
+use crate::kbuild::Rules;
+use crate::makefile;
+use crate::policy::Requirement;
+
+pub use build::Failure;
+use graph::{FuncId, Graph, Walk};
+use runtimes::Runtime;
+
+/// What the object itself says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ObjectState {
+    /// It calls the mechanism's hooks somewhere.
+    Instrumented,
+    /// No hook call anywhere in it.
+    Exempt,
+}
+
+impl ObjectState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectState::Instrumented => "instrumented",
+            ObjectState::Exempt => "exempt",
+        }
+    }
+}
+
+/// One object the runtime reaches outside its own files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub object: String,
+    pub state: ObjectState,
+    /// Hook call sites inside the reached functions: the cost on the runtime's own path.
+    pub sites: u32,
+    /// A shortest call chain from an entry to a reached function of this object, entry first.
+    pub witness: Vec<String>,
+    /// Functions of the object the runtime reaches.
+    pub functions: usize,
+    /// Calls through a pointer in those functions (not followed).
+    pub indirect: u32,
+    /// The effective state sanpolicy computes for the object (`on`, `off`, `off only when …`).
+    pub model: String,
+}
+
+/// The object and sanpolicy's model disagree: the model or the tree is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disagreement {
+    pub object: String,
+    pub model: String,
+    pub hook_calls: u32,
+    pub functions: usize,
+}
+
+/// A stop point the walk met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopHit {
+    pub function: String,
+    pub object: String,
+    pub why: String,
+    pub witness: Vec<String>,
+}
+
+/// How a shipped requirement relates to the derived set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Reached: it is in the derived set (by its first-ranked object).
+    Derived { object: String, state: ObjectState, sites: u32, witness: Vec<String> },
+    /// It is the runtime itself, where the walk starts.
+    Runtime,
+    /// No object of it is compiled in this configuration.
+    NotBuilt,
+    /// Reached only through a stop point.
+    ThroughStop { stop: String, witness: Vec<String> },
+    /// Built, but no call chain from the runtime reaches it.
+    NotReached,
+    /// It does not name this mechanism.
+    OtherMechanisms(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequirementCheck {
+    pub path: String,
+    pub verdict: Verdict,
+}
+
+/// Whole-run numbers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub units: usize,
+    pub functions: usize,
+    pub calls: usize,
+    pub entries: usize,
+    pub runtime_functions_reached: usize,
+    pub functions_reached: usize,
+    pub functions_instrumented: usize,
+    pub objects_reached: usize,
+    pub objects_instrumented: usize,
+    pub objects_exempt: usize,
+    pub sites: u32,
+    /// Calls through a pointer in reached functions (runtime included): left unresolved.
+    pub indirect_calls: u32,
+    pub undefined_calls: usize,
+    pub duplicate_names: usize,
+    pub model_conditional: usize,
+    /// Objects the model instruments that call no hook: nothing to check in them, or the model
+    /// is wrong; relocations cannot tell which.
+    pub model_on_without_hooks: usize,
+    /// Objects whose relocations agree with the model (instrumented with hook calls, or exempt
+    /// without).
+    pub model_agrees: usize,
+}
+
+/// The derivation for one mechanism.
+#[derive(Debug, Clone)]
+pub struct Derivation {
+    pub mechanism: &'static str,
+    pub runtime: Runtime,
+    /// Ranked by sites, then name.
+    pub findings: Vec<Finding>,
+    pub stats: Stats,
+    pub stops: Vec<StopHit>,
+    pub disagreements: Vec<Disagreement>,
+    pub requirements: Vec<RequirementCheck>,
+    /// Reached functions with the most indirect calls: (function, object, calls).
+    pub indirect: Vec<(String, String, u32)>,
+    /// Where the time went, step by step.
+    pub timings: Vec<(String, Duration)>,
+    /// Objects Kbuild compiled in this run, when the run built (0: nothing had changed).
+    pub objects_compiled: Option<usize>,
+}
+
+/// Analyse `build` (already built from `tree`) for `runtime`.
+pub fn analyse(
+    tree: &Path,
+    build: &Path,
+    runtime: &Runtime,
+    rules: &Rules,
+    requirements: &[Requirement],
+) -> Result<Derivation, Failure> {
+    let mut timings = Vec::new();
+    let start = Instant::now();
+    let units = load_units(tree, build)?;
+    let g = Graph::build(&units, &|name| runtime.is_hook(name));
+    drop(units);
+    timings.push(("call graph".into(), start.elapsed()));
+
+    let start = Instant::now();
+    let sites = read_objects(build, &g.objects, runtime)?;
+    timings.push(("objects".into(), start.elapsed()));
+
+    let start = Instant::now();
+    let models = model_states(tree, rules, runtime, &g.objects);
+    timings.push(("effective state".into(), start.elapsed()));
+
+    let start = Instant::now();
+    let entries: Vec<FuncId> = (0..g.funcs.len())
+        .filter(|&f| runtime.owns(&g.objects[g.funcs[f].object]) && runtime.is_entry_name(&g.funcs[f].name))
+        .collect();
+    if entries.is_empty() {
+        return Err(Failure {
+            message: format!(
+                "no function of {}'s runtime ({}) is in the call graph",
+                runtime.mech.get().title,
+                runtime.files.join(", ")
+            ),
+            hint: format!(
+                "check that CONFIG_{} is `y` in `{}`",
+                runtime.config.require.first().map_or("", String::as_str),
+                build.join(".config").display()
+            ),
+        });
+    }
+    // A stop point inside the runtime (its report functions) or outside it (the scheduler).
+    let stop = |f: FuncId| runtime.stop_for(&g.funcs[f].name).is_some();
+    let walk = graph::walk(&g, &entries, &stop);
+    let unstopped = graph::walk(&g, &entries, &|_| false);
+    let mut d = Derivation {
+        mechanism: runtime.mech.get().name,
+        runtime: runtime.clone(),
+        findings: findings(&g, &walk, runtime, &sites, &models),
+        stats: Stats::default(),
+        stops: stop_hits(&g, &walk, runtime),
+        disagreements: disagreements(&g, &sites, &models),
+        requirements: Vec::new(),
+        indirect: indirect(&g, &walk),
+        timings: Vec::new(),
+        objects_compiled: None,
+    };
+    d.requirements = requirements.iter().map(|r| check_requirement(r, &d, &g, &unstopped, runtime)).collect();
+    d.stats = stats(&g, &walk, runtime, &sites, &d, entries.len(), &models);
+    timings.push(("walk and report".into(), start.elapsed()));
+    d.timings = timings;
+    Ok(d)
+}
+
+/// Objects linked into vmlinux (`vmlinux.a`, `lib/lib.a`, `arch/*/lib/lib.a`), so code built
+/// for the boot loader, the vDSO or the real-mode trampoline does not join the kernel's graph
+/// (it defines its own `memcpy`). `None` when the build has no `vmlinux.a` (then every `.ci` counts).
+fn linked_objects(build: &Path) -> Option<std::collections::HashSet<String>> {
+    let vmlinux = std::fs::read(build.join("vmlinux.a")).ok()?;
+    let mut libs = vec![build.join("lib/lib.a")];
+    if let Ok(arches) = std::fs::read_dir(build.join("arch")) {
+        libs.extend(arches.flatten().map(|e| e.path().join("lib/lib.a")));
+    }
+    let archives = std::iter::once(vmlinux).chain(libs.iter().filter_map(|p| std::fs::read(p).ok()));
+    let mut out = std::collections::HashSet::new();
+    for bytes in archives {
+        let Ok(archive) = object::read::archive::ArchiveFile::parse(bytes.as_slice()) else { continue };
+        for member in archive.members().flatten() {
+            if let Ok(name) = std::str::from_utf8(member.name()) {
+                out.insert(name.trim_start_matches("./").to_string());
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Every `.ci` file under `build` of an object linked into vmlinux, with its object path
+/// relative to the build directory, sorted by path so a run's output does not depend on the
+/// order the file system lists directories in.
+fn load_units(tree: &Path, build: &Path) -> Result<Vec<(String, callgraph::Unit)>, Failure> {
+    let linked = linked_objects(build);
+    let mut paths: Vec<(String, PathBuf)> = walkdir::WalkDir::new(build)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file() && e.path().extension().is_some_and(|x| x == "ci"))
+        .filter_map(|e| {
+            let rel = e.path().strip_prefix(build).ok()?.with_extension("o");
+            let object = rel.to_str()?.to_string();
+            let wanted = linked.as_ref().is_none_or(|l| l.contains(&object));
+            wanted.then(|| (object, e.into_path()))
+        })
+        .collect();
+    paths.sort();
+    if paths.is_empty() {
+        return Err(Failure {
+            message: format!("no `.ci` call graphs under `{}`", build.display()),
+            hint: format!(
+                "gcc writes them when asked: `make -C {} O={} {} vmlinux` (the compiler must be gcc)",
+                tree.display(),
+                build.display(),
+                build::KCFLAGS
+            ),
+        });
+    }
+    parallel(&paths, |(object, path)| {
+        let text = std::fs::read_to_string(path).map_err(|e| Failure {
+            message: format!("cannot read `{}`: {e}", path.display()),
+            hint: "check the build directory's permissions".into(),
+        })?;
+        let unit = callgraph::parse(&text).map_err(|(line, m)| Failure {
+            message: format!("{}:{line}: not a gcc call graph: {m}", path.display()),
+            hint: format!(
+                "remove `{}` and `{}`, then run derive again so gcc writes both again",
+                path.display(),
+                path.with_extension("o").display()
+            ),
+        })?;
+        Ok((object.clone(), unit))
+    })
+}
+
+/// Hook sites of every object of the graph.
+fn read_objects(build: &Path, objects: &[String], runtime: &Runtime) -> Result<Vec<elf::Sites>, Failure> {
+    parallel(objects, |object| {
+        let path = build.join(object);
+        let bytes = std::fs::read(&path).map_err(|e| Failure {
+            message: format!("cannot read `{}`: {e}", path.display()),
+            hint: "the object's `.ci` is there but the object is not: run derive again to rebuild".into(),
+        })?;
+        elf::count(&bytes, &|s| runtime.is_hook(s)).map_err(|e| Failure {
+            message: format!("`{}` is not a readable ELF object: {e}", path.display()),
+            hint: format!("remove `{}` and run derive again to rebuild it", path.display()),
+        })
+    })
+}
+
+/// `f` over `items` on every core, in order; the first error wins.
+fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Result<R, Failure> + Sync) -> Result<Vec<R>, Failure> {
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).max(1);
+    let chunk = items.len().div_ceil(workers).max(1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> =
+            items.chunks(chunk).map(|c| s.spawn(|| c.iter().map(&f).collect::<Result<Vec<R>, Failure>>())).collect();
+        let mut out = Vec::with_capacity(items.len());
+        for h in handles {
+            out.extend(
+                h.join().map_err(|_| Failure { message: "a reader thread panicked".into(), hint: String::new() })??,
+            );
+        }
+        Ok(out)
+    })
+}
+
+/// The kbuild directory that builds `object` (the nearest directory up with a kbuild file) and
+/// the object's name relative to it.
+fn kbuild_home(tree: &Path, object: &str) -> Option<(String, PathBuf, String)> {
+    let mut dir = Path::new(object).parent()?;
+    loop {
+        if let Some(file) = kbuild_file(&tree.join(dir)) {
+            let rel = Path::new(object).strip_prefix(dir).ok()?.to_str()?.to_string();
+            return Some((dir.to_str()?.to_string(), file, rel));
+        }
+        dir = dir.parent()?;
+    }
+}
+
+/// The effective state sanpolicy computes for each object, from its directory's kbuild file
+/// over every configuration (`None`: no readable kbuild file, or the tree does not read the
+/// mechanism).
+fn model_states(tree: &Path, rules: &Rules, runtime: &Runtime, objects: &[String]) -> Vec<Option<State>> {
+    let mut by_dir: BTreeMap<String, (PathBuf, Vec<(usize, String)>)> = BTreeMap::new();
+    for (i, o) in objects.iter().enumerate() {
+        if let Some((dir, file, rel)) = kbuild_home(tree, o) {
+            by_dir.entry(dir).or_insert_with(|| (file, Vec::new())).1.push((i, rel));
+        }
+    }
+    let mut out = vec![None; objects.len()];
+    for (file, members) in by_dir.values() {
+        let Ok(text) = read_kbuild(file) else { continue };
+        let parsed = makefile::parse(&text);
+        let mut prepared = Prepared::new(&parsed, &[]);
+        for (i, rel) in members {
+            out[*i] = prepared.state(rules, runtime.mech, rel, true);
+        }
+    }
+    out
+}
+
+fn model_label(state: &Option<State>) -> String {
+    state.as_ref().map_or_else(|| "unknown".to_string(), State::label)
+}
+
+fn names(g: &Graph, chain: &[FuncId]) -> Vec<String> {
+    chain.iter().map(|&f| g.funcs[f].name.clone()).collect()
+}
+
+fn findings(g: &Graph, walk: &Walk, runtime: &Runtime, sites: &[elf::Sites], models: &[Option<State>]) -> Vec<Finding> {
+    let mut by_object: BTreeMap<usize, Finding> = BTreeMap::new();
+    let mut best: HashMap<usize, usize> = HashMap::new();
+    for f in (0..g.funcs.len()).filter(|&f| walk.reached(f)) {
+        let o = g.funcs[f].object;
+        if runtime.owns(&g.objects[o]) {
+            continue;
+        }
+        let chain = walk.chain(f);
+        let finding = by_object.entry(o).or_insert_with(|| Finding {
+            object: g.objects[o].clone(),
+            state: if sites[o].total > 0 { ObjectState::Instrumented } else { ObjectState::Exempt },
+            sites: 0,
+            witness: Vec::new(),
+            functions: 0,
+            indirect: 0,
+            model: model_label(&models[o]),
+        });
+        finding.sites += sites[o].by_function.get(&g.funcs[f].name).copied().unwrap_or(0);
+        finding.functions += 1;
+        finding.indirect += g.indirect[f];
+        if best.get(&o).is_none_or(|&len| chain.len() < len) {
+            best.insert(o, chain.len());
+            finding.witness = names(g, &chain);
+        }
+    }
+    let mut out: Vec<Finding> = by_object.into_values().collect();
+    out.sort_by(|a, b| b.sites.cmp(&a.sites).then(a.state.cmp(&b.state)).then_with(|| a.object.cmp(&b.object)));
+    out
+}
+
+fn stop_hits(g: &Graph, walk: &Walk, runtime: &Runtime) -> Vec<StopHit> {
+    let mut out: Vec<StopHit> = walk
+        .stopped
+        .iter()
+        .map(|&(stop, caller)| {
+            let mut witness = names(g, &walk.chain(caller));
+            witness.push(g.funcs[stop].name.clone());
+            StopHit {
+                function: g.funcs[stop].name.clone(),
+                object: g.objects[g.funcs[stop].object].clone(),
+                why: runtime.stop_for(&g.funcs[stop].name).map(|s| s.why.clone()).unwrap_or_default(),
+                witness,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.witness.len().cmp(&b.witness.len()).then_with(|| a.function.cmp(&b.function)));
+    out
+}
+
+/// Objects whose relocations contradict the model: exempt by the model yet calling hooks. The
+/// converse cannot be read from relocations: an instrumented object whose functions never touch
+/// memory (or are all `noinstr`) calls no hook either; those are counted in [`Stats`].
+fn disagreements(g: &Graph, sites: &[elf::Sites], models: &[Option<State>]) -> Vec<Disagreement> {
+    (0..g.objects.len())
+        .filter(|&o| matches!(&models[o], Some(State::Off)) && sites[o].total > 0)
+        .map(|o| Disagreement {
+            object: g.objects[o].clone(),
+            model: model_label(&models[o]),
+            hook_calls: sites[o].total,
+            functions: sites[o].functions,
+        })
+        .collect()
+}
+
+fn indirect(g: &Graph, walk: &Walk) -> Vec<(String, String, u32)> {
+    let mut out: Vec<(String, String, u32)> = (0..g.funcs.len())
+        .filter(|&f| walk.reached(f) && g.indirect[f] > 0)
+        .map(|f| (g.funcs[f].name.clone(), g.objects[g.funcs[f].object].clone(), g.indirect[f]))
+        .collect();
+    out.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+/// Whether `object` belongs to a requirement's path (an object, or an object of a directory
+/// outside its `except` list).
+fn covers(r: &Requirement, object: &str) -> bool {
+    match &r.path.object {
+        Some(_) => r.path.text == object,
+        None => object
+            .strip_prefix(r.path.kbuild_dir.as_str())
+            .is_some_and(|rest| !rest.contains('/') && !r.except.iter().any(|e| e == rest)),
+    }
+}
+
+fn check_requirement(
+    r: &Requirement,
+    d: &Derivation,
+    g: &Graph,
+    unstopped: &Walk,
+    runtime: &Runtime,
+) -> RequirementCheck {
+    let path = r.path.text.clone();
+    let verdict = if !r.exempt.iter().any(|(id, _)| *id == runtime.mech) {
+        Verdict::OtherMechanisms(r.exempt.iter().map(|(id, _)| id.get().name.to_string()).collect())
+    } else if runtime.files.iter().any(|f| *f == path || (f.ends_with('/') && path.starts_with(f.as_str()))) {
+        Verdict::Runtime
+    } else if let Some(f) = d.findings.iter().find(|f| covers(r, &f.object)) {
+        Verdict::Derived { object: f.object.clone(), state: f.state, sites: f.sites, witness: f.witness.clone() }
+    } else if !g.objects.iter().any(|o| covers(r, o)) {
+        Verdict::NotBuilt
+    } else {
+        let through = (0..g.funcs.len())
+            .filter(|&f| unstopped.reached(f) && covers(r, &g.objects[g.funcs[f].object]))
+            .map(|f| unstopped.chain(f))
+            .min_by_key(Vec::len);
+        match through {
+            Some(chain) => {
+                let stop = chain.iter().find(|&&f| runtime.stop_for(&g.funcs[f].name).is_some());
+                Verdict::ThroughStop {
+                    stop: stop.map(|&f| g.funcs[f].name.clone()).unwrap_or_default(),
+                    witness: names(g, &chain),
+                }
+            }
+            None => Verdict::NotReached,
+        }
+    };
+    RequirementCheck { path, verdict }
+}
+
+fn stats(
+    g: &Graph,
+    walk: &Walk,
+    runtime: &Runtime,
+    sites: &[elf::Sites],
+    d: &Derivation,
+    entries: usize,
+    models: &[Option<State>],
+) -> Stats {
+    let reached: Vec<FuncId> = (0..g.funcs.len()).filter(|&f| walk.reached(f)).collect();
+    let outside = |f: &&FuncId| !runtime.owns(&g.objects[g.funcs[**f].object]);
+    Stats {
+        units: g.objects.len(),
+        functions: g.funcs.len(),
+        calls: g.calls,
+        entries,
+        runtime_functions_reached: reached.iter().filter(|f| !outside(f)).count(),
+        functions_reached: reached.iter().filter(outside).count(),
+        functions_instrumented: reached
+            .iter()
+            .filter(outside)
+            .filter(|&&f| sites[g.funcs[f].object].by_function.get(&g.funcs[f].name).is_some_and(|&n| n > 0))
+            .count(),
+        objects_reached: d.findings.len(),
+        objects_instrumented: d.findings.iter().filter(|f| f.state == ObjectState::Instrumented).count(),
+        objects_exempt: d.findings.iter().filter(|f| f.state == ObjectState::Exempt).count(),
+        sites: d.findings.iter().map(|f| f.sites).sum(),
+        indirect_calls: reached.iter().map(|&f| g.indirect[f]).sum(),
+        undefined_calls: g.undefined_calls,
+        duplicate_names: g.duplicate_names,
+        model_conditional: models.iter().filter(|m| matches!(m, Some(State::Depends(_)))).count(),
+        model_on_without_hooks: (0..g.objects.len())
+            .filter(|&o| matches!(models[o], Some(State::On)) && sites[o].total == 0)
+            .count(),
+        model_agrees: (0..g.objects.len())
+            .filter(|&o| match models[o] {
+                Some(State::On) => sites[o].total > 0,
+                Some(State::Off) => sites[o].total == 0,
+                _ => false,
+            })
+            .count(),
+    }
+}

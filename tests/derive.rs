@@ -1,0 +1,369 @@
+//! `derive`: the call-graph reader and the relocation counter on objects gcc compiles here, and
+//! the whole command on Debian's Linux 6.12 (extracted from `/usr/src/linux-source-6.12.tar.xz`,
+//! built for KASAN with the tree's own Kbuild). The facts checked on the real tree are checked
+//! against the objects with `nm`/`objdump`, not against derive's own reading of them.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sanpolicy::derive::{callgraph, elf};
+use serde_json::Value;
+
+/// Compile `source` with KASAN's outline instrumentation (every check a call) and the call
+/// graph; returns the directory holding `t.o` and `t.ci`.
+fn compile(source: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("t.c"), source).unwrap();
+    let status = Command::new("gcc")
+        .current_dir(dir.path())
+        .args(["-c", "-O2", "-fsanitize=kernel-address", "--param", "asan-instrumentation-with-call-threshold=0"])
+        .args(["--param", "asan-stack=0", "--param", "asan-globals=0", "-fcallgraph-info", "t.c"])
+        .status()
+        .expect("gcc is needed for these tests (apt-get install gcc)");
+    assert!(status.success(), "gcc failed on the fixture");
+    dir
+}
+
+/// Two loads in `helper`, one 8-byte and one 4-byte load in `two`, none in `quiet` (exempt by
+/// attribute), a call through a pointer and a call to `helper` in `calls`.
+const FIXTURE: &str = r#"
+extern void ext(long);
+static __attribute__((noinline)) long helper(long *p) { ext(*p); return p[1]; }
+long two(long *p, int *q) { return *p + *q; }
+long calls(long *p, void (*fp)(void)) { fp(); return helper(p) + 1; }
+__attribute__((no_sanitize_address)) long quiet(long *p) { return *p; }
+"#;
+
+#[test]
+fn ci_parser_reads_what_gcc_writes() {
+    let dir = compile(FIXTURE);
+    let unit = callgraph::parse(&fs::read_to_string(dir.path().join("t.ci")).unwrap()).unwrap();
+    assert_eq!(unit.source, "t.c");
+    let mut defined: Vec<(&str, bool)> = unit.defined.iter().map(|d| (d.name.as_str(), d.is_static)).collect();
+    defined.sort();
+    assert_eq!(defined, [("calls", false), ("helper", true), ("quiet", false), ("two", false)]);
+    let helper = unit.defined.iter().find(|d| d.name == "helper").unwrap();
+    let callees = |from: &str| -> Vec<&str> {
+        let mut c: Vec<&str> = unit.calls.iter().filter(|c| c.from == from).map(|c| c.to.as_str()).collect();
+        c.sort();
+        c.dedup();
+        c
+    };
+    assert_eq!(callees("calls"), ["__indirect_call", helper.title.as_str()]);
+    assert_eq!(callees(&helper.title), ["__asan_load8_noabort", "ext"]);
+    assert_eq!(unit.indirect_calls(), 1);
+    assert!(callees("quiet").is_empty(), "a no_sanitize_address function calls no hook");
+}
+
+#[test]
+fn relocation_counter_counts_hook_calls_per_function() {
+    let dir = compile(FIXTURE);
+    let bytes = fs::read(dir.path().join("t.o")).unwrap();
+    let sites = elf::count(&bytes, &|s| s.starts_with("__asan_load") || s.starts_with("__asan_store")).unwrap();
+    let of = |f: &str| sites.by_function.get(f).copied().unwrap_or(0);
+    assert_eq!((of("helper"), of("two"), of("quiet"), of("calls")), (2, 2, 0, 0));
+    assert_eq!(sites.total, 4);
+    assert_eq!(sites.functions, 4);
+    // Only the hooks count: `ext` is a call too.
+    let ext = elf::count(&bytes, &|s| s == "ext").unwrap();
+    assert_eq!((ext.total, ext.by_function.get("helper").copied()), (1, Some(1)));
+}
+
+fn sanpolicy(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sanpolicy")).args(args).output().expect("running sanpolicy")
+}
+
+#[test]
+fn kmsan_and_unknown_mechanisms_are_refused_before_anything_is_built() {
+    let scratch = tempfile::tempdir().unwrap();
+    let build = scratch.path().join("build");
+    let build_arg = build.to_str().unwrap();
+    let tree = scratch.path().to_str().unwrap();
+    let out = sanpolicy(&["derive", "--tree", tree, "--build", build_arg, "--mechanism", "kmsan"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("unsupported") && stderr.contains("clang"), "{stderr}");
+    assert!(stderr.contains("--mechanism kasan"), "{stderr}");
+    let out = sanpolicy(&["derive", "--tree", tree, "--build", build_arg, "--mechanism", "kasn"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("unknown-mechanism"), "{stderr}");
+    assert!(!build.exists(), "a refused run creates no build directory");
+}
+
+/// `/usr/src/linux-source-6.12.tar.xz` extracted into a temporary directory.
+fn extract_6_12(into: &Path) -> PathBuf {
+    let tarball = Path::new("/usr/src/linux-source-6.12.tar.xz");
+    assert!(
+        tarball.is_file(),
+        "{} is missing: install it with `apt-get install linux-source-6.12` (.ci/run does this)",
+        tarball.display()
+    );
+    let status = Command::new("tar").arg("-xf").arg(tarball).arg("-C").arg(into).status().expect("running tar");
+    assert!(status.success(), "tar -xf {} failed", tarball.display());
+    let tops: Vec<PathBuf> = fs::read_dir(into).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    assert_eq!(tops.len(), 1, "one top directory expected: {tops:?}");
+    tops[0].clone()
+}
+
+fn derive(tree: &Path, build: &Path, requirements: &Path) -> (Value, String) {
+    let out = sanpolicy(&[
+        "derive",
+        "--tree",
+        tree.to_str().unwrap(),
+        "--build",
+        build.to_str().unwrap(),
+        "--format",
+        "json",
+        "--write-requirements",
+        requirements.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "derive failed:\n{stderr}");
+    (serde_json::from_slice(&out.stdout).expect("derive --format json prints JSON"), stderr)
+}
+
+fn finding<'a>(report: &'a Value, object: &str) -> Option<(usize, &'a Value)> {
+    report["findings"].as_array().unwrap().iter().enumerate().find(|(_, f)| f["object"] == object)
+}
+
+/// Function symbols defined in an object, by `nm`.
+fn defined_functions(object: &Path) -> Vec<String> {
+    let out = Command::new("nm").arg("--defined-only").arg(object).output().expect("nm (binutils) is needed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (_, kind, name) = (w.next()?, w.next()?, w.next()?);
+            matches!(kind, "t" | "T" | "W").then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// KASAN check calls in an object, by `objdump -dr`.
+fn asan_calls(object: &Path) -> usize {
+    let out = Command::new("objdump").arg("-dr").arg(object).output().expect("objdump (binutils) is needed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("R_X86_64") && (l.contains("__asan_load") || l.contains("__asan_store")))
+        .count()
+}
+
+/// The issue's "done when" facts on pristine 6.12, then with lockdep exempted from KASAN the
+/// way the bundled policy does it. Slow: one real kernel build (about three minutes on two cores).
+#[test]
+fn kasan_derivation_on_linux_6_12_finds_lockdep_then_sees_it_exempt() {
+    let scratch = tempfile::tempdir().unwrap();
+    let tree = extract_6_12(scratch.path());
+    let build = scratch.path().join("build-kasan");
+    let candidates = scratch.path().join("derived.toml");
+
+    let (report, stderr) = derive(&tree, &build, &candidates);
+    assert_eq!(report["mechanism"], "kasan");
+    let keys: Vec<&String> = report.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["findings", "mechanism", "stats"]);
+    let (rank, lockdep) = finding(&report, "kernel/locking/lockdep.o").expect("lockdep.o is reached");
+    assert!(rank < 10, "lockdep.o ranks {} by sites:\n{stderr}", rank + 1);
+    assert_eq!(lockdep["state"], "instrumented");
+    let lockdep_o = build.join("kernel/locking/lockdep.o");
+    let sites = lockdep["sites"].as_u64().unwrap() as usize;
+    assert!(sites > 0 && sites <= asan_calls(&lockdep_o), "{sites} sites, objdump counts {}", asan_calls(&lockdep_o));
+    let witness: Vec<&str> = lockdep["witness"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert!(witness[0].starts_with("__asan_") || witness[0].starts_with("__kasan_"), "{witness:?}");
+    assert!(defined_functions(&lockdep_o).iter().any(|f| f == witness.last().unwrap()), "{witness:?}");
+    // Every function of the chain before lockdep's is defined somewhere in the build: each step
+    // is a call the compiler emitted, not a guess.
+    assert!(witness.len() >= 2, "{witness:?}");
+
+    // The stack depot is exempt (or not reached), and the KASAN runtime is not a finding.
+    if let Some((_, depot)) = finding(&report, "lib/stackdepot.o") {
+        assert_eq!((depot["state"].as_str(), depot["sites"].as_u64()), (Some("exempt"), Some(0)));
+    }
+    assert_eq!(asan_calls(&build.join("lib/stackdepot.o")), 0);
+    for f in report["findings"].as_array().unwrap() {
+        let object = f["object"].as_str().unwrap();
+        assert!(!object.starts_with("mm/kasan/") || f["state"] == "exempt", "{object} is KASAN's runtime");
+    }
+    // Every shipped requirement is judged.
+    let judged: Vec<&str> =
+        report["stats"]["requirements"].as_array().unwrap().iter().map(|r| r["path"].as_str().unwrap()).collect();
+    for path in ["kernel/locking/lockdep.o", "lib/stackdepot.o", "kernel/kcov.o", "mm/kasan/", "lib/ubsan.o"] {
+        assert!(judged.contains(&path), "{path} not judged: {judged:?}");
+    }
+    // The candidates are TOML with lockdep's chain as the reason.
+    let text = fs::read_to_string(&candidates).unwrap();
+    let doc: toml_edit::DocumentMut = text.parse().expect("candidates are TOML");
+    let lockdep_req = doc["require"]
+        .as_array_of_tables()
+        .unwrap()
+        .iter()
+        .find(|t| t["path"].as_str() == Some("kernel/locking/lockdep.o"))
+        .expect("lockdep.o is a candidate");
+    assert!(lockdep_req["why"].as_str().unwrap().contains(&witness.join(" -> ")));
+
+    // A rerun with nothing changed compiles nothing.
+    let (again, stderr) = derive(&tree, &build, &candidates);
+    assert_eq!(again["stats"]["objects_compiled"], 0, "{stderr}");
+    assert_eq!(again["findings"], report["findings"]);
+
+    // lockdep exempted from KASAN, as the bundled policy's generated block does (written by
+    // rename, so a hard-linked copy's original stays untouched).
+    let makefile = tree.join("kernel/locking/Makefile");
+    let text = fs::read_to_string(&makefile).unwrap();
+    let needle = "KCSAN_SANITIZE_lockdep.o := n\n";
+    assert!(text.contains(needle), "6.12's kernel/locking/Makefile exempts lockdep from KCSAN");
+    let staged = makefile.with_extension("new");
+    fs::write(&staged, text.replace(needle, &format!("{needle}KASAN_SANITIZE_lockdep.o := n\n"))).unwrap();
+    fs::rename(&staged, &makefile).unwrap();
+    let (exempted, stderr) = derive(&tree, &build, &candidates);
+    // Kbuild recompiles lockdep.o (its command line changed), not the kernel.
+    let compiled = exempted["stats"]["objects_compiled"].as_u64().unwrap();
+    assert!((1..10).contains(&compiled), "{compiled} objects recompiled:\n{stderr}");
+    let (_, lockdep) = finding(&exempted, "kernel/locking/lockdep.o").expect("lockdep.o is still reached");
+    assert_eq!((lockdep["state"].as_str(), lockdep["sites"].as_u64()), (Some("exempt"), Some(0)), "{stderr}");
+    assert_eq!(asan_calls(&lockdep_o), 0, "Kbuild rebuilt lockdep.o without KASAN");
+    let disagreements = exempted["stats"]["disagreements"].as_array().unwrap();
+    assert!(!disagreements.iter().any(|d| d["object"] == "kernel/locking/lockdep.o"), "{disagreements:?}");
+}
+
+/// A miniature kernel: a runtime in `mm/kasan/`, and objects compiled by gcc with or without
+/// KASAN, each as its kbuild file says except `lib/liar.o` (its Makefile exempts it, but it was
+/// compiled instrumented: the model and the object disagree).
+struct Miniature {
+    _dir: tempfile::TempDir,
+    tree: PathBuf,
+    build: PathBuf,
+}
+
+fn miniature() -> Miniature {
+    let dir = tempfile::tempdir().unwrap();
+    let (tree, build) = (dir.path().join("tree"), dir.path().join("build"));
+    let files: &[(&str, &str, bool)] = &[
+        (
+            "mm/kasan/generic.c",
+            "long helper(long *); long quiet(long *); long liar(long *);\n\
+             volatile int reported;\n\
+             void kasan_report(void) { reported = 1; }\n\
+             void __asan_load8_noabort(unsigned long a) { if (!a) kasan_report(); helper((long *)a); }\n\
+             long __kasan_alloc(long *p) { return quiet(p) + liar(p); }\n",
+            false,
+        ),
+        ("lib/helper.c", "void rare(long *);\nlong helper(long *p) { long v = *p; rare(p); return v + p[1]; }\n", true),
+        ("lib/quiet.c", "long quiet(long *p) { return *p; }\n", false),
+        ("lib/liar.c", "long liar(long *p) { return *p; }\n", true),
+        ("kernel/rare.c", "long deep(long *);\nvoid rare(long *p) { deep(p); }\n", true),
+        ("kernel/deep.c", "long deep(long *p) { return *p; }\n", true),
+        ("kernel/unused.c", "long unused(long *p) { return *p; }\n", true),
+    ];
+    for (dir, makefile) in [
+        ("mm/kasan", "KASAN_SANITIZE := n\n"),
+        ("lib", "KASAN_SANITIZE_quiet.o := n\nKASAN_SANITIZE_liar.o := n\n"),
+        ("kernel", "obj-y += rare.o deep.o unused.o\n"),
+    ] {
+        fs::create_dir_all(tree.join(dir)).unwrap();
+        fs::create_dir_all(build.join(dir)).unwrap();
+        fs::write(tree.join(dir).join("Makefile"), makefile).unwrap();
+    }
+    for (path, source, kasan) in files {
+        fs::write(tree.join(path), source).unwrap();
+        let mut gcc = Command::new("gcc");
+        gcc.args(["-c", "-O2", "-fno-inline", "-fcallgraph-info"]);
+        if *kasan {
+            gcc.args(["-fsanitize=kernel-address", "--param", "asan-instrumentation-with-call-threshold=0"]);
+            gcc.args(["--param", "asan-stack=0", "--param", "asan-globals=0"]);
+        }
+        let object = build.join(path).with_extension("o");
+        let status = gcc.arg("-o").arg(&object).arg(tree.join(path)).status().expect("gcc is needed");
+        assert!(status.success(), "gcc failed on {path}");
+        assert!(object.with_extension("ci").is_file(), "gcc writes the .ci beside the object");
+    }
+    Miniature { _dir: dir, tree, build }
+}
+
+const MINIATURE_RUNTIME: &str = r#"
+[[runtime]]
+mechanism = "kasan"
+files = ["mm/kasan/"]
+entries = ["__asan_", "__kasan_"]
+hooks = ["__asan_load", "__asan_store"]
+[[runtime.stop]]
+functions = ["rare", "kasan_report"]
+why = "taken only rarely"
+"#;
+
+const MINIATURE_REQUIREMENTS: &str = r#"
+[[require]]
+path = "lib/helper.o"
+exempt = ["kasan"]
+why = "reached"
+[[require]]
+path = "kernel/deep.o"
+exempt = ["kasan"]
+why = "behind a stop"
+[[require]]
+path = "kernel/unused.o"
+exempt = ["kasan"]
+why = "never called"
+[[require]]
+path = "kernel/absent.o"
+exempt = ["kasan"]
+why = "not built"
+[[require]]
+path = "mm/kasan/"
+exempt = ["kasan"]
+why = "the runtime"
+[[require]]
+path = "lib/quiet.o"
+exempt = ["kcsan"]
+why = "another mechanism"
+"#;
+
+#[test]
+fn miniature_kernel_walk_sites_stops_verdicts_and_disagreement() {
+    use sanpolicy::derive::{analyse, runtimes, ObjectState, Verdict};
+    let m = miniature();
+    let runtime = runtimes::parse(MINIATURE_RUNTIME).unwrap().remove(0);
+    let (policy, diags) = sanpolicy::policy::parse_str(Path::new("req.toml"), MINIATURE_REQUIREMENTS);
+    assert!(!diags.has_errors(), "{diags:?}");
+    let rules = sanpolicy::kbuild::Rules::builtin();
+    let d = analyse(&m.tree, &m.build, &runtime, &rules, &policy.requirements).unwrap();
+
+    let found: Vec<(&str, ObjectState, u32, Vec<&str>)> = d
+        .findings
+        .iter()
+        .map(|f| (f.object.as_str(), f.state, f.sites, f.witness.iter().map(String::as_str).collect()))
+        .collect();
+    // helper has two 8-byte loads; liar one; quiet none (compiled without KASAN). Ranked by sites.
+    assert_eq!(
+        found,
+        [
+            ("lib/helper.o", ObjectState::Instrumented, 2, vec!["__asan_load8_noabort", "helper"]),
+            ("lib/liar.o", ObjectState::Instrumented, 1, vec!["__kasan_alloc", "liar"]),
+            ("lib/quiet.o", ObjectState::Exempt, 0, vec!["__kasan_alloc", "quiet"]),
+        ]
+    );
+    let stops: Vec<(&str, Vec<&str>)> =
+        d.stops.iter().map(|s| (s.function.as_str(), s.witness.iter().map(String::as_str).collect())).collect();
+    assert!(stops.contains(&("rare", vec!["__asan_load8_noabort", "helper", "rare"])), "{stops:?}");
+    assert!(stops.contains(&("kasan_report", vec!["__asan_load8_noabort", "kasan_report"])), "{stops:?}");
+
+    let verdict = |path: &str| d.requirements.iter().find(|r| r.path == path).map(|r| r.verdict.clone()).unwrap();
+    assert!(matches!(verdict("lib/helper.o"), Verdict::Derived { sites: 2, .. }));
+    assert_eq!(
+        verdict("kernel/deep.o"),
+        Verdict::ThroughStop {
+            stop: "rare".into(),
+            witness: ["__asan_load8_noabort", "helper", "rare", "deep"].map(String::from).to_vec()
+        }
+    );
+    assert_eq!(verdict("kernel/unused.o"), Verdict::NotReached);
+    assert_eq!(verdict("kernel/absent.o"), Verdict::NotBuilt);
+    assert_eq!(verdict("mm/kasan/"), Verdict::Runtime);
+    assert_eq!(verdict("lib/quiet.o"), Verdict::OtherMechanisms(vec!["kcsan".into()]));
+
+    // The Makefile exempts liar.o, its code calls the hook: reported, and only that one.
+    let disagree: Vec<(&str, u32)> = d.disagreements.iter().map(|x| (x.object.as_str(), x.hook_calls)).collect();
+    assert_eq!(disagree, [("lib/liar.o", 1)]);
+    assert_eq!((d.stats.functions_reached, d.stats.objects_reached, d.stats.sites), (3, 3, 3));
+}
