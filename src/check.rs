@@ -22,7 +22,14 @@ use crate::policy::{expand_variants, Policy, Requirement};
 /// Every check; `tree` is `None` when only the policy is checked (the plan then holds the
 /// rendered fragments). `base` is the last generated state (the effective snapshot), which
 /// tells drift's hints which side moved; `program` is how the hints name sanpolicy.
-pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan, base: &drift::Base, program: &str) -> Diagnostics {
+pub fn run(
+    policy: &Policy,
+    rules: &Rules,
+    tree: Option<&Path>,
+    plan: &Plan,
+    base: &drift::Base,
+    program: &str,
+) -> Diagnostics {
     run_for(policy, rules, tree, plan, base, program, None)
 }
 
@@ -76,7 +83,11 @@ pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, ba
         }
     }
     let before = Plan {
-        files: plan.before.iter().map(|(d, t)| (d.clone(), crate::generate::PlannedFile::new(tree.join(d), t.clone()))).collect(),
+        files: plan
+            .before
+            .iter()
+            .map(|(d, t)| (d.clone(), crate::generate::PlannedFile::new(tree.join(d), t.clone())))
+            .collect(),
         ..Plan::default()
     };
     for req in &policy.requirements {
@@ -101,7 +112,13 @@ pub fn unknown_symbols(policy: &Policy, tree: &Path) -> Diagnostics {
     if policy.units.iter().all(|u| u.when.is_empty()) {
         return Diagnostics::default();
     }
-    crate::policy::undefined_symbols(policy, &crate::kbuild::kconfig::defined_symbols(tree))
+    // A tree without any Kconfig file (a partial tree, a test fixture) defines nothing to check
+    // against: the symbols cannot be judged there.
+    let defined = crate::kbuild::kconfig::defined_symbols(tree);
+    if defined.is_empty() {
+        return Diagnostics::default();
+    }
+    crate::policy::undefined_symbols(policy, &defined)
 }
 
 /// A requirement on an object or directory this tree does not have is listed, not judged.
@@ -116,8 +133,15 @@ fn not_applicable(req: &Requirement, rules: &Rules, tree: &Path, plan: &Plan) ->
         }
     };
     (!present).then(|| {
-        Diagnostic::note(Code::NotApplicable, format!("requirement for `{}` does not apply: the tree has no such {}", req.path.text, if req.path.object.is_some() { "object" } else { "directory" }))
-            .at(req.location.clone())
+        Diagnostic::note(
+            Code::NotApplicable,
+            format!(
+                "requirement for `{}` does not apply: the tree has no such {}",
+                req.path.text,
+                if req.path.object.is_some() { "object" } else { "directory" }
+            ),
+        )
+        .at(req.location.clone())
     })
 }
 

@@ -113,8 +113,7 @@ fn plan_in_place(policy: &Policy, tree: &Path, rules: &Rules, sweep: bool) -> Pl
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
     let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
-    let mut dirs: BTreeMap<String, Vec<&Unit>> =
-        by_dir.iter().map(|(d, u)| (d.to_string(), u.clone())).collect();
+    let mut dirs: BTreeMap<String, Vec<&Unit>> = by_dir.iter().map(|(d, u)| (d.to_string(), u.clone())).collect();
     if sweep {
         for dir in swept_dirs(tree) {
             dirs.entry(dir).or_default();
@@ -139,12 +138,7 @@ fn plan_in_place(policy: &Policy, tree: &Path, rules: &Rules, sweep: bool) -> Pl
 
 /// A directory's kbuild file, ready to plan: its path, the file to write (symlinks inside the
 /// tree resolved), its name as shown, and its text; or the problem reported in `plan`.
-fn open_dir(
-    plan: &mut Plan,
-    at: &mut Site,
-    dir: &str,
-    units: &[&Unit],
-) -> Option<(PathBuf, PathBuf, String, String)> {
+fn open_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit]) -> Option<(PathBuf, PathBuf, String, String)> {
     let tree = at.tree;
     let unit_at = units.first().map(|u| u.location.clone());
     let dir_path = tree.join(dir);

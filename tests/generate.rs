@@ -222,7 +222,12 @@ fn directory_off_file_on() {
     // The requirements name the forced object in `except`, so they hold.
     let check = tree.run(&["check"]);
     assert_eq!(check.code, 0, "{}", check.both());
-    assert!(check.stderr.starts_with("check ok:") && check.stderr.ends_with("0 drift, 0 finding(s), 0 acknowledged, 0 warning(s)\n"), "{}", check.stderr);
+    assert!(
+        check.stderr.starts_with("check ok:")
+            && check.stderr.ends_with("0 drift, 0 finding(s), 0 acknowledged, 0 warning(s)\n"),
+        "{}",
+        check.stderr
+    );
 }
 
 #[test]
@@ -380,7 +385,11 @@ fn directives_outside_the_block() {
     assert_eq!(tree.run(&["gen-makefiles"]).code, 0);
     let ci = tree.run(&["gen-makefiles", "--check"]);
     assert_eq!(ci.code, 1, "{}", ci.both());
-    assert!(ci.stderr.contains("`KCOV_INSTRUMENT_page_alloc.o := n` is in the tree but not in the policy"), "{}", ci.stderr);
+    assert!(
+        ci.stderr.contains("`KCOV_INSTRUMENT_page_alloc.o := n` is in the tree but not in the policy"),
+        "{}",
+        ci.stderr
+    );
     assert!(ci.stderr.contains("error[conflicting-directive]"), "{}", ci.stderr);
     let check = tree.run(&["check"]);
     assert_eq!(check.code, 1, "{}", check.both());

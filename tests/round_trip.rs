@@ -386,7 +386,9 @@ fn curated_policy(label: &str, original: &Path, scratch: &Path) -> Vec<String> {
             .filter(|p| !p.to_string_lossy().starts_with("sanitizer-policy"))
             .collect();
         if rewritten != BTreeSet::from([PathBuf::from("kernel/locking/Makefile")]) {
-            problems.push(format!("gen-makefiles with the bundled policy rewrote {rewritten:?}, expected only kernel/locking/Makefile"));
+            problems.push(format!(
+                "gen-makefiles with the bundled policy rewrote {rewritten:?}, expected only kernel/locking/Makefile"
+            ));
         }
         let (removed, added) = line_diff(original, &copy, "kernel/locking/Makefile");
         if !removed.is_empty() || added != ["KASAN_SANITIZE_lockdep.o := n"] {
@@ -516,7 +518,8 @@ fn curated_policy(label: &str, original: &Path, scratch: &Path) -> Vec<String> {
         ));
     }
     // The tree's dead exemptions are acknowledged in the bundled policy: listed, not failing.
-    if code(&out) != Some(0) || !e.contains("5 acknowledged") || !e.lines().last().unwrap_or("").starts_with("check ok") {
+    if code(&out) != Some(0) || !e.contains("5 acknowledged") || !e.lines().last().unwrap_or("").starts_with("check ok")
+    {
         problems.push(format!("check with the bundled policy should pass with its 5 acknowledged findings:\n{e}"));
     }
 
@@ -1431,10 +1434,16 @@ fn run(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
 fn in_place_adoption(label: &str, original: &Path, copy: &Path) -> Vec<String> {
     let mut problems = Vec::new();
     let hard_linked = copy_tree(original, copy);
-    assert!(hard_linked, "{label}: the in-place proof needs a hard-linked copy (same file system as the tarball's extraction)");
+    assert!(
+        hard_linked,
+        "{label}: the in-place proof needs a hard-linked copy (same file system as the tarball's extraction)"
+    );
     let (code, err) = run(copy, &["import", "--adopt"]);
     assert_eq!(code, Some(0), "{label}: import --adopt failed:\n{err}");
-    say(&format!("round-trip {label} in-place: {}", err.lines().find(|l| l.contains("kbuild files read")).unwrap_or("")));
+    say(&format!(
+        "round-trip {label} in-place: {}",
+        err.lines().find(|l| l.contains("kbuild files read")).unwrap_or("")
+    ));
     let import_stale: BTreeSet<String> = one_lines(&err)
         .iter()
         .filter(|l| l.contains("warning[missing-source]"))
@@ -1444,7 +1453,11 @@ fn in_place_adoption(label: &str, original: &Path, copy: &Path) -> Vec<String> {
     let rewritten = files_rewritten(original, copy);
     say(&format!("round-trip {label} in-place: files rewritten by adoption: {}", rewritten.len()));
     if !rewritten.is_empty() {
-        problems.push(format!("in-place adoption rewrote {} file(s): {:?}", rewritten.len(), rewritten.iter().take(5).collect::<Vec<_>>()));
+        problems.push(format!(
+            "in-place adoption rewrote {} file(s): {:?}",
+            rewritten.len(),
+            rewritten.iter().take(5).collect::<Vec<_>>()
+        ));
     }
     let (code, err) = run(copy, &["gen-makefiles", "--check"]);
     if code != Some(0) {
@@ -1453,10 +1466,16 @@ fn in_place_adoption(label: &str, original: &Path, copy: &Path) -> Vec<String> {
     let (code, err) = run(copy, &["check"]);
     let findings = one_lines(&err);
     let errors: Vec<&String> = findings.iter().filter(|f| finding_code(f).is_some_and(|(s, _)| s == "error")).collect();
-    say(&format!("round-trip {label} in-place: check: exit {code:?}, {} error(s): {}", errors.len(), err.lines().last().unwrap_or("")));
+    say(&format!(
+        "round-trip {label} in-place: check: exit {code:?}, {} error(s): {}",
+        errors.len(),
+        err.lines().last().unwrap_or("")
+    ));
     let codes: BTreeSet<&str> = errors.iter().filter_map(|f| finding_code(f).map(|(_, c)| c)).collect();
     if codes != BTreeSet::from(["missing-source", "recursion-prone"]) || code != Some(1) {
-        problems.push(format!("check after adoption: exit {code:?}, codes {codes:?}, expected missing-source and recursion-prone:\n{err}"));
+        problems.push(format!(
+            "check after adoption: exit {code:?}, codes {codes:?}, expected missing-source and recursion-prone:\n{err}"
+        ));
     }
     let recursion: Vec<&&String> = errors.iter().filter(|f| f.contains("[recursion-prone]")).collect();
     if recursion.len() != 1 || !recursion[0].contains("`kernel/locking/lockdep.o` must be exempt from `kasan`") {
@@ -1531,9 +1550,33 @@ fn linux_6_12_policy_edits() {
     let scan = sanpolicy::import::scan(original, &rules);
     let edits: [(&str, &str, &str, &str, &str, char, char); 3] = [
         // (what, policy text, its replacement, directory, object, before, after)
-        ("add", "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\"]", "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\", \"kasan\"]", "kernel/locking", "lockdep.o", '1', '0'),
-        ("drop", "path = \"kernel/softirq.o\"\nskip = [\"kcov\", \"kcsan\"]", "path = \"kernel/softirq.o\"\nskip = [\"kcov\"]", "kernel", "softirq.o", '0', '1'),
-        ("flip", "path = \"kernel/locking/\"\nskip = [\"kcov\"]", "path = \"kernel/locking/\"\nforce = [\"kcov\"]", "kernel/locking", "", '0', '1'),
+        (
+            "add",
+            "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\"]",
+            "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\", \"kasan\"]",
+            "kernel/locking",
+            "lockdep.o",
+            '1',
+            '0',
+        ),
+        (
+            "drop",
+            "path = \"kernel/softirq.o\"\nskip = [\"kcov\", \"kcsan\"]",
+            "path = \"kernel/softirq.o\"\nskip = [\"kcov\"]",
+            "kernel",
+            "softirq.o",
+            '0',
+            '1',
+        ),
+        (
+            "flip",
+            "path = \"kernel/locking/\"\nskip = [\"kcov\"]",
+            "path = \"kernel/locking/\"\nforce = [\"kcov\"]",
+            "kernel/locking",
+            "",
+            '0',
+            '1',
+        ),
     ];
     let expected_lines: [(&[&str], &[&str]); 3] = [
         (&[], &["KASAN_SANITIZE_lockdep.o := n"]),
@@ -1572,7 +1615,9 @@ fn linux_6_12_policy_edits() {
         let (want_removed, want_added) = expected_lines[i];
         say(&format!("round-trip {label}: {what}: {kbuild}: -{removed:?} +{added:?}"));
         if removed != want_removed || added != want_added {
-            problems.push(format!("{what}: {kbuild} changed -{removed:?} +{added:?}, expected -{want_removed:?} +{want_added:?}"));
+            problems.push(format!(
+                "{what}: {kbuild} changed -{removed:?} +{added:?}, expected -{want_removed:?} +{want_added:?}"
+            ));
         }
         if *what == "add" {
             let after_text = fs::read_to_string(copy.join(&kbuild)).unwrap();
@@ -1588,12 +1633,14 @@ fn linux_6_12_policy_edits() {
         let wrong: Vec<String> = cmp
             .mismatches
             .iter()
-            .filter(|m| {
-                !(m.answers == Some((mech, *before, *after)) && (object.is_empty() || m.object == *object))
-            })
+            .filter(|m| !(m.answers == Some((mech, *before, *after)) && (object.is_empty() || m.object == *object)))
             .map(ToString::to_string)
             .collect();
-        say(&format!("round-trip {label}: {what}: make: {} differences, {} unexpected", cmp.mismatches.len(), wrong.len()));
+        say(&format!(
+            "round-trip {label}: {what}: make: {} differences, {} unexpected",
+            cmp.mismatches.len(),
+            wrong.len()
+        ));
         if cmp.mismatches.is_empty() || !wrong.is_empty() || !cmp.failed.is_empty() {
             problems.push(format!(
                 "{what}: make should see only {dir}/{object} {} {before} -> {after}: {} differences, unexpected {:?}, failed {:?}",
@@ -1609,7 +1656,9 @@ fn linux_6_12_policy_edits() {
         }
         let (code, err) = run(&copy, &["sync", "--check"]);
         if code != Some(0) {
-            problems.push(format!("{what}: right after gen-makefiles, sync should have nothing to do: exit {code:?}:\n{err}"));
+            problems.push(format!(
+                "{what}: right after gen-makefiles, sync should have nothing to do: exit {code:?}:\n{err}"
+            ));
         }
         // Back to the tree as it was, for the next edit.
         write_atomic(&policy, &fs::read_to_string(&policy).unwrap().replacen(to, from, 1));
@@ -1674,21 +1723,28 @@ fn linux_6_12_merge_and_hook() {
     git(&copy, &["merge", "-q", "--no-edit", "upstream"]);
     for args in [&["check"][..], &["gen-makefiles", "--check"][..]] {
         let (code, err) = run(&copy, args);
-        if code != Some(1) || !err.contains("KASAN_SANITIZE_page_owner.o := n` is in the tree but not in the policy") || !err.contains("run `sanpolicy sync`") {
-            problems.push(format!("{args:?} after the merge should flag the new line and point at sync: exit {code:?}:\n{err}"));
+        if code != Some(1)
+            || !err.contains("KASAN_SANITIZE_page_owner.o := n` is in the tree but not in the policy")
+            || !err.contains("run `sanpolicy sync`")
+        {
+            problems.push(format!(
+                "{args:?} after the merge should flag the new line and point at sync: exit {code:?}:\n{err}"
+            ));
         }
     }
     let (code, err) = run(&copy, &["gen-makefiles"]);
     if code != Some(2) {
         problems.push(format!("gen-makefiles after an unsynced merge must refuse (it would delete the merged line): exit {code:?}:\n{err}"));
     }
-    let kbuild_before: Vec<(String, u64)> = tracked.iter().map(|p| (p.clone(), hash(&fs::read(copy.join(p)).unwrap()))).collect();
+    let kbuild_before: Vec<(String, u64)> =
+        tracked.iter().map(|p| (p.clone(), hash(&fs::read(copy.join(p)).unwrap()))).collect();
     let (code, err) = run(&copy, &["sync"]);
     say(&format!("round-trip {label}: sync: exit {code:?}: {}", err.trim()));
     if code != Some(0) {
         problems.push(format!("sync: exit {code:?}:\n{err}"));
     }
-    let kbuild_after: Vec<(String, u64)> = tracked.iter().map(|p| (p.clone(), hash(&fs::read(copy.join(p)).unwrap()))).collect();
+    let kbuild_after: Vec<(String, u64)> =
+        tracked.iter().map(|p| (p.clone(), hash(&fs::read(copy.join(p)).unwrap()))).collect();
     if kbuild_before != kbuild_after {
         problems.push("sync changed a kbuild file".into());
     }
@@ -1701,7 +1757,9 @@ fn linux_6_12_merge_and_hook() {
         || !added_lines.contains(&"+skip = [\"kasan\"]")
         || !added_lines.iter().any(|l| l.contains("The page owner runs under the zone lock."))
     {
-        problems.push(format!("sync should add one unit with the comment as its reason, and remove nothing:\n{policy_diff}"));
+        problems.push(format!(
+            "sync should add one unit with the comment as its reason, and remove nothing:\n{policy_diff}"
+        ));
     }
     for args in [&["gen-makefiles", "--check"][..], &["sync", "--check"][..]] {
         let (code, err) = run(&copy, args);
@@ -1720,7 +1778,9 @@ fn linux_6_12_merge_and_hook() {
     assert_eq!(code, Some(0), "install-hook: {err}");
     let hook = fs::read_to_string(copy.join(".git/hooks/pre-commit")).unwrap();
     if !hook.contains(env!("CARGO_BIN_EXE_sanpolicy")) {
-        problems.push(format!("the hook does not name the sanpolicy binary by path (git GUIs run hooks without PATH):\n{hook}"));
+        problems.push(format!(
+            "the hook does not name the sanpolicy binary by path (git GUIs run hooks without PATH):\n{hook}"
+        ));
     }
     let kernel = copy.join("kernel/Makefile");
     let text = fs::read_to_string(&kernel).unwrap();
@@ -1734,7 +1794,8 @@ fn linux_6_12_merge_and_hook() {
         .unwrap();
     let hook_err = String::from_utf8_lossy(&commit.stderr).into_owned();
     if commit.status.success() || !hook_err.contains("KCOV_INSTRUMENT_fork.o := n") {
-        problems.push(format!("the hook (run without sanpolicy on PATH) must block a hand-added directive:\n{hook_err}"));
+        problems
+            .push(format!("the hook (run without sanpolicy on PATH) must block a hand-added directive:\n{hook_err}"));
     }
     git(&copy, &["commit", "-q", "--no-verify", "-m", "hand edit, hook skipped"]);
     let (code, err) = run(&copy, &["gen-makefiles", "--check"]);
@@ -1744,7 +1805,14 @@ fn linux_6_12_merge_and_hook() {
     // A policy staged without its snapshot is blocked too.
     let policy = copy.join(POLICY);
     let text = fs::read_to_string(&policy).unwrap();
-    write_atomic(&policy, &text.replacen("path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\"]", "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\", \"kasan\"]", 1));
+    write_atomic(
+        &policy,
+        &text.replacen(
+            "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\"]",
+            "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\", \"kasan\"]",
+            1,
+        ),
+    );
     git(&copy, &["add", POLICY]);
     let commit = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "policy only"])

@@ -90,7 +90,9 @@ pub fn tree_moved(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, prog
     if !base.known {
         return Diagnostics::default();
     }
-    Diagnostics(classified(policy, plan, rules, base, program).into_iter().filter(|(_, t)| *t).map(|(d, _)| d).collect())
+    Diagnostics(
+        classified(policy, plan, rules, base, program).into_iter().filter(|(_, t)| *t).map(|(d, _)| d).collect(),
+    )
 }
 
 /// Drift findings, each with whether the tree (rather than the policy) moved.
@@ -105,7 +107,8 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
         .unwrap_or_default();
     let by_dir = policy.units_by_dir();
     for change in plan.changes.iter().filter(|c| !c.is_noop()) {
-        let dir = plan.files.iter().find(|(d, f)| f.path == change.path || same_display(change, d, &f.path)).map(|(d, _)| d);
+        let dir =
+            plan.files.iter().find(|(d, f)| f.path == change.path || same_display(change, d, &f.path)).map(|(d, _)| d);
         match dir.and_then(|d| plan.edits.get(d).map(|e| (d, e))) {
             Some((dir, edits)) if policy.layout == Layout::InPlace => {
                 let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
@@ -133,7 +136,9 @@ fn same_display(change: &Change, dir: &str, path: &Path) -> bool {
 fn stale_file(change: &Change, program: &str) -> Diagnostic {
     Diagnostic::error(Code::StaleFile, format!("`{}` is not in sync with the policy", change.display))
         .at(Location::file(&change.path))
-        .hint(format!("run `{program} gen-makefiles` and commit the result (`{program} gen-makefiles --check` shows the diff)"))
+        .hint(format!(
+            "run `{program} gen-makefiles` and commit the result (`{program} gen-makefiles --check` shows the diff)"
+        ))
 }
 
 /// The policy path a line of `dir` stands for.
@@ -169,7 +174,12 @@ fn edit_finding(
                     format!("run `{program} gen-makefiles` to write it"),
                 )
             };
-            (Diagnostic::error(Code::Drift, message).at(u.setting_locations.get(mech).unwrap_or(&u.location).clone()).hint(hint), was)
+            (
+                Diagnostic::error(Code::Drift, message)
+                    .at(u.setting_locations.get(mech).unwrap_or(&u.location).clone())
+                    .hint(hint),
+                was,
+            )
         }
         Edit::Removed { line, text } => {
             let object = removed_object(text);
@@ -196,9 +206,12 @@ fn edit_finding(
             } else {
                 format!("run `{program} gen-makefiles` to write the policy's value")
             };
-            let d = Diagnostic::error(Code::Drift, format!("`{}` differs from the policy, which says `{}`", was.trim(), new.trim()))
-                .at(Location::at_line(&change.path, old, *line))
-                .hint(hint);
+            let d = Diagnostic::error(
+                Code::Drift,
+                format!("`{}` differs from the policy, which says `{}`", was.trim(), new.trim()),
+            )
+            .at(Location::at_line(&change.path, old, *line))
+            .hint(hint);
             (d, tree_moved)
         }
     }
@@ -227,9 +240,12 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
             let path = path_of(dir, d.object.as_deref());
             if inside.contains(a.name.as_str()) {
                 diags.push((
-                    Diagnostic::error(Code::ConflictingDirective, format!("`{}` is set both here and in the generated block", a.name))
-                        .at(loc)
-                        .hint("the policy owns this variable: delete this hand-written line"),
+                    Diagnostic::error(
+                        Code::ConflictingDirective,
+                        format!("`{}` is set both here and in the generated block", a.name),
+                    )
+                    .at(loc)
+                    .hint("the policy owns this variable: delete this hand-written line"),
                     false,
                 ));
             } else {
@@ -242,9 +258,12 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
                 // Writing the block leaves this line alone: nothing is lost, so it never blocks a write.
                 let text = before[a.bytes.clone()].trim_end().to_string();
                 diags.push((
-                    Diagnostic::error(Code::UnmanagedDirective, format!("`{text}` is in the tree but not in the policy"))
-                        .at(loc)
-                        .hint(hint),
+                    Diagnostic::error(
+                        Code::UnmanagedDirective,
+                        format!("`{text}` is in the tree but not in the policy"),
+                    )
+                    .at(loc)
+                    .hint(hint),
                     false,
                 ));
             }
@@ -254,11 +273,24 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
 
 /// Central layout: a directory line (outside the central file) that no unit says is drift;
 /// the lines the central file repeats are the policy's own.
-fn unowned_lines(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: &mut Vec<(Diagnostic, bool)>) {
+fn unowned_lines(
+    policy: &Policy,
+    plan: &Plan,
+    rules: &Rules,
+    base: &Base,
+    program: &str,
+    diags: &mut Vec<(Diagnostic, bool)>,
+) {
     let owned: BTreeSet<_> = policy
         .units
         .iter()
-        .flat_map(|u| u.settings.keys().filter_map(|id| crate::emit::inplace::unit_key(u, *id, rules)).map(|(k, _)| k).collect::<Vec<_>>())
+        .flat_map(|u| {
+            u.settings
+                .keys()
+                .filter_map(|id| crate::emit::inplace::unit_key(u, *id, rules))
+                .map(|(k, _)| k)
+                .collect::<Vec<_>>()
+        })
         .collect();
     for (dir, file) in &plan.files {
         let Some(before) = plan.before.get(dir) else { continue };

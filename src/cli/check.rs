@@ -7,7 +7,6 @@ use super::{Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
 use crate::check;
 use crate::diagnostic::{Code, Diagnostic, Location};
 
-
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     #[command(flatten)]
@@ -80,7 +79,8 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     let diags = diags.sorted();
     // Requirements that do not apply to this tree are counted in the summary; `--verbose` lists them.
-    let shown = diags.iter().filter(|d| if args.quiet { d.is_error() } else { args.verbose || d.code != Code::NotApplicable });
+    let shown =
+        diags.iter().filter(|d| if args.quiet { d.is_error() } else { args.verbose || d.code != Code::NotApplicable });
     ui.report(&crate::diagnostic::Diagnostics(shown.cloned().collect()));
     let errors = diags.iter().filter(|d| d.is_error()).count();
     eprintln!("{}", summary(&inputs.policy, &inputs.policy_path, &diags));

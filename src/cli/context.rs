@@ -61,7 +61,8 @@ pub fn default_tree(defaults: &Defaults) -> Option<PathBuf> {
     }
     let cwd = std::env::current_dir().ok()?;
     let up = |found: &dyn Fn(&Path) -> bool| cwd.ancestors().find(|d| found(d)).map(Path::to_path_buf);
-    let root = up(&|d| d.join(&defaults.policy).is_file()).or_else(|| up(&|d| d.join("scripts/Makefile.build").is_file()));
+    let root =
+        up(&|d| d.join(&defaults.policy).is_file()).or_else(|| up(&|d| d.join("scripts/Makefile.build").is_file()));
     Some(match root {
         Some(r) if r != cwd => pathdiff(&cwd, &r),
         _ => tree,
@@ -122,7 +123,9 @@ pub fn plan_with_snapshot(inputs: &Inputs, out: Option<&Path>, defaults: &Defaul
     });
     match snapshot {
         Ok(change) => plan.changes.push(change),
-        Err(_) => plan.diags.push(Diagnostic::error(Code::Io, "computing the effective snapshot failed (a sanpolicy bug)")),
+        Err(_) => {
+            plan.diags.push(Diagnostic::error(Code::Io, "computing the effective snapshot failed (a sanpolicy bug)"))
+        }
     }
     plan
 }

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::context::{base_for, display, inputs, lock_tree, plan_with_snapshot, write, CommonArgs, Ui};
-use crate::diagnostic::Diagnostics;
 use super::{summary, Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
+use crate::diagnostic::Diagnostics;
 use crate::output;
 
 #[derive(Debug, Args)]
@@ -92,7 +92,13 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     if let Some(tree) = tree {
         let mut refused = Diagnostics::default();
         if !args.force {
-            refused.extend(crate::check::drift::tree_moved(&inputs.policy, &plan, &inputs.rules, &base, &defaults.program));
+            refused.extend(crate::check::drift::tree_moved(
+                &inputs.policy,
+                &plan,
+                &inputs.rules,
+                &base,
+                &defaults.program,
+            ));
         }
         refused.extend(crate::check::new_problems(&inputs.policy, &inputs.rules, tree, &plan, &base));
         if refused.has_errors() {

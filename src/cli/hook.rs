@@ -52,7 +52,8 @@ pub struct InstallHookArgs {
 }
 
 pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
-    let tree = args.common.tree.clone().or_else(|| super::context::default_tree(defaults)).unwrap_or_else(|| ".".into());
+    let tree =
+        args.common.tree.clone().or_else(|| super::context::default_tree(defaults)).unwrap_or_else(|| ".".into());
     if let Some(problem) = tree_problem(&tree) {
         ui.report(&Diagnostics(vec![problem]));
         return EXIT_BAD_INPUT;

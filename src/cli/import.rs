@@ -105,7 +105,8 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     let placeholders = scan.units.iter().filter(|u| u.reasons.is_empty()).count();
     let count = |code: Code| scan.diags.iter().filter(|d| d.code == code).count();
-    let rewritten = changes.iter().filter(|c| c.path != out && !c.display.ends_with(".effective.txt") && !c.is_noop()).count();
+    let rewritten =
+        changes.iter().filter(|c| c.path != out && !c.display.ends_with(".effective.txt") && !c.is_noop()).count();
     eprintln!(
         "{}: {} kbuild files read, {} directives, {} units ({placeholders} without a reason), {} outside the policy, {} stale; layout {}{}",
         tree.display(),

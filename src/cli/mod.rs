@@ -19,8 +19,8 @@ macro_rules! outln {
 
 mod check;
 mod context;
-mod dotconfig;
 mod derive;
+mod dotconfig;
 mod gen;
 mod gen_cargo;
 mod hook;

@@ -33,14 +33,24 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     if !base.known {
         ui.report(&Diagnostics(vec![Diagnostic::error(
             Code::Io,
-            format!("no effective snapshot beside `{}`: sync compares with the last generated state", display(&inputs.policy_path)),
+            format!(
+                "no effective snapshot beside `{}`: sync compares with the last generated state",
+                display(&inputs.policy_path)
+            ),
         )
-        .hint(format!("run `{} gen-makefiles` once (it writes the snapshot), then sync after each merge", defaults.program))]));
+        .hint(format!(
+            "run `{} gen-makefiles` once (it writes the snapshot), then sync after each merge",
+            defaults.program
+        ))]));
         return EXIT_BAD_INPUT;
     }
     let now = {
         let command = format!("{} gen-makefiles", defaults.program);
-        let text = effective::render(&effective::compute(&inputs.policy, &inputs.rules), &display(&inputs.policy_path), &command);
+        let text = effective::render(
+            &effective::compute(&inputs.policy, &inputs.rules),
+            &display(&inputs.policy_path),
+            &command,
+        );
         Base::parse(Some(&text))
     };
     let scan = import::scan(&tree, &inputs.rules);
@@ -76,7 +86,14 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     changes.extend(plan.changes.into_iter().filter(|c| c.display.ends_with(".effective.txt")));
     if args.check {
         let stale = changes.iter().any(|c| !c.is_noop());
-        eprintln!("{}", if stale { "the policy is behind the tree: run `sanpolicy sync`" } else { "the policy is in sync with the tree" });
+        eprintln!(
+            "{}",
+            if stale {
+                "the policy is behind the tree: run `sanpolicy sync`"
+            } else {
+                "the policy is in sync with the tree"
+            }
+        );
         return if stale { super::EXIT_FINDINGS } else { EXIT_OK };
     }
     if write(lock.as_ref(), &changes, ui).is_err() {

@@ -113,7 +113,11 @@ pub fn reconcile(text: &str, file: &KbuildFile, units: &[&Unit], rules: &Rules) 
                 if last_value != value {
                     let a = &file.assignments[*last];
                     let new = changed_line(text, a, units[*u], *id, rules);
-                    edits.push(Edit::Changed { line: a.line, old: line_text(text, a), new: new.trim_end().to_string() });
+                    edits.push(Edit::Changed {
+                        line: a.line,
+                        old: line_text(text, a),
+                        new: new.trim_end().to_string(),
+                    });
                     splices.push(Splice { range: a.bytes.clone(), text: new, order: 0 });
                 }
             }
@@ -162,7 +166,7 @@ fn line_text(text: &str, a: &Assignment) -> String {
 }
 
 fn apply(text: &str, mut splices: Vec<Splice>) -> String {
-    splices.sort_by(|a, b| (a.range.start, a.range.end, a.order).cmp(&(b.range.start, b.range.end, b.order)));
+    splices.sort_by_key(|s| (s.range.start, s.range.end, s.order));
     let mut out = String::with_capacity(text.len() + 256);
     let mut at = 0;
     for s in splices {
@@ -379,7 +383,10 @@ fn insertion(
     // 3. After the object's `obj-` line, when that line is active under a prefix of the conditions.
     if let Some(object) = unit.path.object.as_deref() {
         let listed = file.assignments.iter().rev().find(|a| {
-            (a.name.starts_with("obj-") || a.name.starts_with("lib-") || a.name.ends_with("-y") || a.name.ends_with("-objs"))
+            (a.name.starts_with("obj-")
+                || a.name.starts_with("lib-")
+                || a.name.ends_with("-y")
+                || a.name.ends_with("-objs"))
                 && a.value.split_whitespace().any(|w| w == object)
                 && key.when.starts_with(&a.when())
         });
@@ -400,7 +407,8 @@ fn insertion(
         .max_by_key(|b| (b.when.len(), b.close_line));
     if let Some(b) = branch {
         let wrap = &key.when[b.when.len()..];
-        let lead = !text[..b.close_byte].ends_with("\n\n") && !text[..b.close_byte].ends_with(&format!("{}\n", cond_line_of(text, b.open_line)));
+        let lead = !text[..b.close_byte].ends_with("\n\n")
+            && !text[..b.close_byte].ends_with(&format!("{}\n", cond_line_of(text, b.open_line)));
         let s = new_lines(text, file, &Style::plain(&b.indent), &parts, id, unit, wrap, lead);
         return Some(Splice { range: b.close_byte..b.close_byte, text: s, order });
     }

@@ -2,8 +2,8 @@
 //! generated block per directory, spliced into the directory's kbuild file.
 
 mod block;
-pub mod inplace;
 pub mod central;
+pub mod inplace;
 
 pub use block::{checksum, comment_problem, condition_problems, render_block, render_fragment, splice, SpliceError};
 

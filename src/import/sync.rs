@@ -94,7 +94,14 @@ fn in_base(base: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>) -> bool
 /// never edited (an update they need is refused, naming them).
 /// `base` is the last generated state, `now` the policy's state as it stands (its snapshot
 /// computed afresh): a value both sides changed cannot be taken from the tree.
-pub fn sync(policy: &Policy, text: &str, scan: &Scan, base: &Base, now: &Base, program: &str) -> Result<Synced, Diagnostics> {
+pub fn sync(
+    policy: &Policy,
+    text: &str,
+    scan: &Scan,
+    base: &Base,
+    now: &Base,
+    program: &str,
+) -> Result<Synced, Diagnostics> {
     let tree = tree_side(scan);
     let ours = policy_side(policy);
     let main = policy.files.first().map(|(p, _)| p.clone()).unwrap_or_default();
@@ -113,8 +120,17 @@ pub fn sync(policy: &Policy, text: &str, scan: &Scan, base: &Base, now: &Base, p
     };
     for (key, (said, t)) in &tree {
         match ours.get(key) {
-            None if !in_base(base, key, &scan.units[*t].vars) || !base.known => add.push((key.clone(), said.clone(), *t)),
-            None => refuse(None, format!("the policy dropped `{}` `{}`, which the tree still has", unit_path(&key.0, key.1.as_deref()), key.3)),
+            None if !in_base(base, key, &scan.units[*t].vars) || !base.known => {
+                add.push((key.clone(), said.clone(), *t))
+            }
+            None => refuse(
+                None,
+                format!(
+                    "the policy dropped `{}` `{}`, which the tree still has",
+                    unit_path(&key.0, key.1.as_deref()),
+                    key.3
+                ),
+            ),
             Some((mine, u)) if mine != said => {
                 let path = unit_path(&key.0, key.1.as_deref());
                 let variants = expand_variants(&path, &policy.units[*u].vars);
@@ -135,15 +151,24 @@ pub fn sync(policy: &Policy, text: &str, scan: &Scan, base: &Base, now: &Base, p
         if in_base(base, key, &policy.units[*u].vars) && base.known {
             drop.push((key.clone(), *u));
         } else {
-            refuse(Some(*u), format!("`{}` `{}` is in the policy but not written to the tree yet", policy.units[*u].path.text, key.3));
+            refuse(
+                Some(*u),
+                format!(
+                    "`{}` `{}` is in the policy but not written to the tree yet",
+                    policy.units[*u].path.text, key.3
+                ),
+            );
         }
     }
     for u in drop.iter().map(|(_, u)| *u).chain(change.iter().map(|(_, _, u)| *u)) {
         if policy.units[u].location.path != main {
             ahead.push(
-                Diagnostic::error(Code::Unsupported, format!("`{}` lives in an included file", policy.units[u].path.text))
-                    .at(policy.units[u].location.clone())
-                    .hint("sync edits the main policy file only: move the unit into it, or edit the include by hand"),
+                Diagnostic::error(
+                    Code::Unsupported,
+                    format!("`{}` lives in an included file", policy.units[u].path.text),
+                )
+                .at(policy.units[u].location.clone())
+                .hint("sync edits the main policy file only: move the unit into it, or edit the include by hand"),
             );
         }
     }
@@ -196,9 +221,10 @@ fn edit(
     let mut appended: Vec<(usize, Table)> = Vec::new();
     let mut fresh: BTreeMap<usize, usize> = BTreeMap::new();
     for (key, said, t) in add {
-        let same = policy.units.iter().position(|u| {
-            u.path.kbuild_dir == key.0 && u.path.object == key.1 && canonical_when(&u.when) == key.2
-        });
+        let same = policy
+            .units
+            .iter()
+            .position(|u| u.path.kbuild_dir == key.0 && u.path.object == key.1 && canonical_when(&u.when) == key.2);
         out.added.push(format!("{} {}", unit_path(&key.0, key.1.as_deref()), key.3));
         if let Some(Some(table)) = same.and_then(|u| tables.get_mut(u)) {
             set_mechanism(table, key.3, Some(said));
@@ -241,7 +267,10 @@ fn edit(
 
 /// The mechanism names in `skip` or `force`.
 fn names(t: &Table, key: &str) -> Vec<String> {
-    t.get(key).and_then(Item::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    t.get(key)
+        .and_then(Item::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
 }
 
 /// Put `id` into `skip` or `force` as `said` says (or take it out of both), keeping the
@@ -304,7 +333,8 @@ fn set_mechanism(t: &mut Table, id: MechId, said: Option<&Said>) {
 fn new_unit(unit: &ImportedUnit) -> Table {
     let text = super::policy_toml(std::slice::from_ref(unit), "", crate::policy::Layout::InPlace);
     let doc: DocumentMut = text.parse().expect("import writes valid TOML");
-    let mut table = doc.get("unit").and_then(Item::as_array_of_tables).and_then(|a| a.get(0)).cloned().unwrap_or_default();
+    let mut table =
+        doc.get("unit").and_then(Item::as_array_of_tables).and_then(|a| a.get(0)).cloned().unwrap_or_default();
     table.decor_mut().set_prefix("\n");
     table
 }

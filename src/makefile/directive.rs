@@ -68,8 +68,9 @@ pub fn is_plain_flag(word: &str) -> bool {
         return name.starts_with(|c: char| c.is_ascii_uppercase())
             && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
     }
-    word.strip_prefix('-')
-        .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric() || "_=.,+-/".contains(c)))
+    word.strip_prefix('-').is_some_and(|rest| {
+        !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric() || "_=.,+-/".contains(c))
+    })
 }
 
 /// Why a directive line cannot be a unit's line, if it cannot: its value or its form says more

@@ -575,13 +575,8 @@ fn next_line_byte(text: &str, logical: &Logical) -> usize {
 fn close_branch(file: &mut KbuildFile, groups: &[Vec<Frame>], opened: &mut Vec<(usize, usize)>, logical: &Logical) {
     let Some((open_line, body_byte)) = opened.pop() else { return };
     let frames: Vec<Frame> = groups.iter().flatten().cloned().collect();
-    let indent = file
-        .assignments
-        .iter()
-        .rev()
-        .find(|a| a.line > open_line)
-        .map(|a| a.indent.clone())
-        .unwrap_or_default();
+    let indent =
+        file.assignments.iter().rev().find(|a| a.line > open_line).map(|a| a.indent.clone()).unwrap_or_default();
     file.branches.push(Branch {
         when: when_of(&frames),
         open_line,

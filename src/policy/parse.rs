@@ -49,7 +49,9 @@ fn load_from(path: &Path, read: Reader, fs: bool) -> (Policy, Diagnostics) {
 /// The compiled-in recursion-prone requirements, unless the policy opts out. A requirement the
 /// policy already states (same path, same mechanisms) is not added twice.
 fn add_builtin_requirements(policy: &mut Policy, diags: &mut Diagnostics) {
-    if !policy.builtin_requirements || policy.files.is_empty() {
+    // A Cargo-only policy (`[[crate]]`/`[[profile]]`, no `[[unit]]`) governs no kernel tree.
+    let cargo_only = policy.units.is_empty() && !(policy.crates.is_empty() && policy.profiles.is_empty());
+    if !policy.builtin_requirements || policy.files.is_empty() || cargo_only {
         return;
     }
     let mut builtin = Policy::default();
@@ -69,7 +71,9 @@ pub fn parse_str(path: &Path, text: &str) -> (Policy, Diagnostics) {
     let mut policy = Policy::default();
     let mut diags = Diagnostics::default();
     let mut includes = Includes::new(path, true);
-    parse_file(path, text, &mut policy, &mut diags, &mut includes, &|p| Ok(crate::input::read(p, crate::input::POLICY_LIMIT)?));
+    parse_file(path, text, &mut policy, &mut diags, &mut includes, &|p| {
+        Ok(crate::input::read(p, crate::input::POLICY_LIMIT)?)
+    });
     add_builtin_requirements(&mut policy, &mut diags);
     check_duplicates(&policy, &mut diags);
     (policy, diags)

@@ -192,14 +192,19 @@ fn source(
     let Some(a) = file.assignments.iter().rev().find(|a| env.expand(&a.name) == *var || a.name == *var) else {
         return Source::Default { text: format!("`{var}`"), at: String::new(), meaning: state.label() };
     };
-    if let (true, Some(d)) = (a.in_block, makefile::classify(a)) {
+    // A line is the policy's when it is in the generated block, or (in the in-place and central
+    // layouts, where the policy's lines are ordinary lines) when a unit says it, conditions and all.
+    let owned = a.in_block || policy.layout != crate::policy::Layout::Block;
+    if let (true, Some(d)) = (owned, makefile::classify(a)) {
         // The deciding line may belong to another mechanism (UBSAN_SANITIZE decides signed-wrap).
         let is_dir_var = d.object.is_none();
+        let when = a.when();
         let unit = policy.units.iter().position(|u| {
             u.path.kbuild_dir == path.kbuild_dir
                 && u.settings.contains_key(&d.mech)
                 && u.path.is_directory() == is_dir_var
                 && (is_dir_var || u.path == *path || configs::substitute(&u.path.text, preset) == path.text)
+                && (a.in_block || crate::emit::inplace::canonical_when(&u.when) == when)
         });
         if let Some(unit) = unit {
             return Source::Policy { unit, line: Some(a.line) };

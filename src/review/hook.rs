@@ -201,9 +201,12 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
         let have = fetch(format!(":{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
         if snapshot_body(have.as_deref()) != snapshot_body(Some(&want)) {
             outcome.diags.push(
-                Diagnostic::error(Code::StaleFile, format!("the staged `{snapshot_rel}` does not match the staged policy"))
-                    .at(Location::file(&repo.join(&snapshot_rel)))
-                    .hint(format!("run `sanpolicy gen-makefiles` and `git add {snapshot_rel}`")),
+                Diagnostic::error(
+                    Code::StaleFile,
+                    format!("the staged `{snapshot_rel}` does not match the staged policy"),
+                )
+                .at(Location::file(&repo.join(&snapshot_rel)))
+                .hint(format!("run `sanpolicy gen-makefiles` and `git add {snapshot_rel}`")),
             );
         }
     }
@@ -263,12 +266,14 @@ fn units_by_dir(policy: &Policy) -> BTreeMap<String, Vec<String>> {
         .units_by_dir()
         .into_iter()
         .map(|(dir, units)| {
-            let said = units.iter().map(|u| format!("{} {:?} {:?} {:?}", u.path.text, u.settings, u.when, u.flags)).collect();
+            let said =
+                units.iter().map(|u| format!("{} {:?} {:?} {:?}", u.path.text, u.settings, u.when, u.flags)).collect();
             (dir.to_string(), said)
         })
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 /// Drift on the staged files: the staged kbuild files of `dirs` are laid out in a scratch tree
 /// and judged by the same planning and drift rules as `check` and `gen-makefiles --check`, with
 /// every position and text taken from the staged blobs.

@@ -155,7 +155,12 @@ pub(super) fn parse_flags(
             continue;
         }
         let Some(text) = value.as_str() else {
-            cx.error(Code::WrongType, value.span(), format!("`flags.{name}` must be a string"), "write the flags as one string");
+            cx.error(
+                Code::WrongType,
+                value.span(),
+                format!("`flags.{name}` must be a string"),
+                "write the flags as one string",
+            );
             continue;
         };
         match flag_problem(id, text) {
@@ -175,7 +180,9 @@ pub(super) fn parse_flags(
 
 /// Why `text` cannot be the flags of `id`'s line, if it cannot.
 pub fn flag_problem(id: MechId, text: &str) -> Option<String> {
-    let Form::FlagRemoval { flags, marker_words, .. } = id.get().form else { return Some("not a flag mechanism".into()) };
+    let Form::FlagRemoval { flags, marker_words, .. } = id.get().form else {
+        return Some("not a flag mechanism".into());
+    };
     let words: Vec<&str> = text.split_whitespace().collect();
     if let Some(bad) = words.iter().find(|w| !crate::makefile::is_plain_flag(w)) {
         return Some(format!("`{}` is neither a compiler option nor a plain `$(VARIABLE)`", bad.escape_debug()));
@@ -193,7 +200,9 @@ mod tests {
     #[test]
     fn flags_are_options_and_plain_references_with_the_mechanism_in_them() {
         let ftrace = MechId::by_name("ftrace").unwrap();
-        for good in ["-pg", "$(CC_FLAGS_FTRACE)", "-pg $(CC_FLAGS_FTRACE)", "$(CC_FLAGS_FTRACE) -Os -fno-stack-protector"] {
+        for good in
+            ["-pg", "$(CC_FLAGS_FTRACE)", "-pg $(CC_FLAGS_FTRACE)", "$(CC_FLAGS_FTRACE) -Os -fno-stack-protector"]
+        {
             assert_eq!(flag_problem(ftrace, good), None, "{good}");
         }
         for bad in [
