@@ -260,3 +260,43 @@ fn effective_snapshot_follows_the_policy() {
     assert_eq!(check.code, 1);
     assert!(check.stdout.contains("+lib/sort.o"), "the snapshot diff shows the effect: {}", check.stdout);
 }
+
+/// Objects as a person types them (`./mm/kmsan/core.o`, `mm/kmsan/core.c`), and commands run
+/// from a subdirectory of the tree: the same answer as `mm/kmsan/core.o` from the top.
+#[test]
+fn explain_takes_paths_as_typed_and_works_from_a_subdirectory() {
+    let tree = repo("dir-off-file-on");
+    let top = tree.run(&["explain", "mm/kmsan/core.o"]);
+    assert_eq!(top.code, 0, "{}", top.both());
+    for typed in ["./mm/kmsan/core.o", "mm/kmsan/core.c"] {
+        let run = tree.run(&["explain", typed]);
+        assert_eq!((run.code, &run.stdout), (0, &top.stdout), "{typed}: {}", run.both());
+    }
+    // Paths in the answer are relative to where it runs; the states are the same.
+    let states = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    let sub = fixture_tree::run_in(&tree.join("mm/kmsan"), &["explain", "core.c"]);
+    assert_eq!(sub.code, 0, "{}", sub.both());
+    assert!(!states(&top.stdout).is_empty(), "{}", top.stdout);
+    assert_eq!(states(&sub.stdout), states(&top.stdout), "{}\n---\n{}", sub.stdout, top.stdout);
+    let check = fixture_tree::run_in(&tree.join("mm/kmsan"), &["check"]);
+    let at_top = tree.run(&["check"]);
+    assert_eq!(check.code, at_top.code, "{}\n---\n{}", check.both(), at_top.both());
+    assert!(check.stderr.contains("check ok:"), "check finds the policy from a subdirectory:\n{}", check.both());
+}
+
+/// `report --format text` is plain text: no Markdown table, emphasis or code spans.
+#[test]
+fn report_as_text_is_plain() {
+    let tree = Tree::new("dir-off-file-on", V6_12);
+    let run = tree.run(&["report", "--format", "text"]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    for markdown in ["|", "**", "##", "`"] {
+        assert!(!run.stdout.contains(markdown), "{markdown:?} in:\n{}", run.stdout);
+    }
+    assert!(run.stdout.contains("Recursion-prone units:"), "{}", run.stdout);
+}

@@ -117,7 +117,7 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
 /// core): what `gen-makefiles` writes and what drift is judged on.
 pub fn plan_with_snapshot(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: bool) -> Plan {
     let (mut plan, snapshot) = std::thread::scope(|scope| {
-        let snapshot = scope.spawn(|| effective_snapshot(inputs, out, defaults));
+        let snapshot = scope.spawn(|| effective_snapshot(inputs, out));
         let plan = plan_for(inputs, out, defaults, force, sweep);
         (plan, snapshot.join())
     });
@@ -132,15 +132,13 @@ pub fn plan_with_snapshot(inputs: &Inputs, out: Option<&Path>, defaults: &Defaul
 
 /// The committed effective-policy snapshot: beside the policy, or in `--out` when given. It is
 /// computed from the policy's blocks alone, so it reads the same with or without a tree.
-fn effective_snapshot(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults) -> crate::output::Change {
+fn effective_snapshot(inputs: &Inputs, out: Option<&Path>) -> crate::output::Change {
     let beside = effective::snapshot_path(&inputs.policy_path);
     let path = match out {
         Some(dir) => dir.join(beside.file_name().unwrap_or_default()),
         None => beside,
     };
-    let command = format!("{} gen-makefiles", defaults.program);
-    let mut change =
-        effective::snapshot_change(&inputs.policy, &inputs.rules, &path, &display(&inputs.policy_path), &command);
+    let mut change = effective::snapshot_change(&inputs.policy, &inputs.rules, &path, &inputs.policy_path);
     change.display = display(&path);
     change
 }

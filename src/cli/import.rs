@@ -82,9 +82,8 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             new: Some(text.clone()),
         });
         // The policy's effective-instrumentation snapshot starts out in sync, as gen-makefiles keeps it.
-        let command = format!("{} gen-makefiles", defaults.program);
         let snapshot = effective::snapshot_path(&out);
-        changes.push(effective::snapshot_change(&policy, &rules, &snapshot, &display(&out), &command));
+        changes.push(effective::snapshot_change(&policy, &rules, &snapshot, &out));
     }
     if args.adopt {
         match adoption(&policy, &scan, &rules, &tree) {

@@ -100,7 +100,8 @@ pub fn report_run(args: &ReportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         Format::Json => {
             outln!("{}", serde_json::to_string_pretty(&report::to_json(&r, &inputs.policy)).unwrap_or_default())
         }
-        _ => out!("{}", report::markdown(&r, &inputs.policy)),
+        Format::Text => out!("{}", report::text(&r, &inputs.policy)),
+        Format::Markdown => out!("{}", report::markdown(&r, &inputs.policy)),
     }
     EXIT_OK
 }

@@ -44,15 +44,8 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         ))]));
         return EXIT_BAD_INPUT;
     }
-    let now = {
-        let command = format!("{} gen-makefiles", defaults.program);
-        let text = effective::render(
-            &effective::compute(&inputs.policy, &inputs.rules),
-            &display(&inputs.policy_path),
-            &command,
-        );
-        Base::parse(Some(&text))
-    };
+    let now =
+        Base::parse(Some(&effective::render(&effective::compute(&inputs.policy, &inputs.rules), &inputs.policy_path)));
     let scan = import::scan(&tree, &inputs.rules);
     let synced = match import::sync::sync(&inputs.policy, &main, &scan, &base, &now, &defaults.program) {
         Ok(s) => s,

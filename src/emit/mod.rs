@@ -5,7 +5,9 @@ mod block;
 pub mod central;
 pub mod inplace;
 
-pub use block::{checksum, comment_problem, condition_problems, render_block, render_fragment, splice, SpliceError};
+pub use block::{
+    checksum, comment_problem, condition_problems, render_block, render_fragment, splice, SpliceError, REGENERATE,
+};
 
 use crate::kbuild::Naming;
 use crate::mechanism::{Form, MechId};

@@ -143,9 +143,13 @@ impl<'a> Explaining<'a> {
     }
 }
 
-/// The snapshot text: a header, then `path  mechanism  state` lines, sorted.
-pub fn render(effective: &Effective, policy_name: &str, command: &str) -> String {
-    let mut out = HEADER.replace("{policy}", policy_name).replace("{command}", command);
+/// The snapshot text: a header, then `path  mechanism  state` lines, sorted. The header names
+/// the policy by its file name (the snapshot sits beside it) and the one command that
+/// regenerates it, so it reads the same whichever front end, and from whichever directory, wrote it.
+pub fn render(effective: &Effective, policy_path: &Path) -> String {
+    let name =
+        policy_path.file_name().map_or_else(|| policy_path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let mut out = HEADER.replace("{policy}", &name).replace("{command}", crate::emit::REGENERATE);
     let width = effective.keys().map(|(p, _)| p.len()).max().unwrap_or(0);
     for ((path, id), entry) in effective {
         out.push_str(&format!("{path:<width$}  {:<18} {}\n", id.get().name, entry.state.label()));
@@ -160,14 +164,8 @@ pub fn snapshot_path(policy_path: &Path) -> std::path::PathBuf {
 }
 
 /// The snapshot file's planned state for `policy` at `path` (see [`render`]).
-pub fn snapshot_change(
-    policy: &Policy,
-    rules: &Rules,
-    path: &Path,
-    policy_name: &str,
-    command: &str,
-) -> crate::output::Change {
-    let text = render(&compute(policy, rules), policy_name, command);
+pub fn snapshot_change(policy: &Policy, rules: &Rules, path: &Path, policy_path: &Path) -> crate::output::Change {
+    let text = render(&compute(policy, rules), policy_path);
     let display = path.display().to_string();
     crate::output::Change {
         display,

@@ -193,11 +193,7 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     let mut fetch = |spec: String| blobs.get(&spec).map_err(|e| e.to_string());
     // The policy and its snapshot travel together: a staged policy needs its staged snapshot.
     if policy_changed || staged.contains(&snapshot_rel) {
-        let want = crate::review::effective::render(
-            &crate::review::effective::compute(&policy, rules),
-            &policy_rel.display().to_string(),
-            "sanpolicy gen-makefiles",
-        );
+        let want = crate::review::effective::render(&crate::review::effective::compute(&policy, rules), &policy_rel);
         let have = fetch(format!(":{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
         if snapshot_body(have.as_deref()) != snapshot_body(Some(&want)) {
             outcome.diags.push(

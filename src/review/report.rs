@@ -195,6 +195,64 @@ pub fn markdown(report: &Report, policy: &Policy) -> String {
     out
 }
 
+/// The same report as plain text for a terminal or a log: aligned columns, no Markdown.
+pub fn text(report: &Report, policy: &Policy) -> String {
+    let broken = report.requirements.iter().filter(|(_, b)| !b.is_empty()).count();
+    let mut out = format!(
+        "Instrumentation policy {}\n{} units ({} objects, {} directory units) in {} directories; {} recursion-prone requirements, {}.\n\n",
+        report.policy,
+        report.units,
+        report.objects,
+        report.units - report.objects,
+        report.directories,
+        report.requirements.len(),
+        if broken == 0 { "all hold".to_string() } else { format!("{broken} broken") }
+    );
+    let cats = categories_used(report);
+    let mut rows = vec![["mechanism", "objects exempt", "directories exempt", "forced on"].map(String::from).to_vec()];
+    rows[0].extend(cats.iter().map(ToString::to_string));
+    for m in MechId::all() {
+        let Some(c) = report.per_mechanism.get(&m) else { continue };
+        let mut row = vec![
+            m.get().title.to_string(),
+            c.objects_skipped.to_string(),
+            c.directories_skipped.to_string(),
+            c.forced.to_string(),
+        ];
+        row.extend(cats.iter().map(|cat| c.by_category.get(cat).copied().unwrap_or(0).to_string()));
+        rows.push(row);
+    }
+    out.push_str(&columns(&rows));
+    out.push_str("\nRecursion-prone units:\n");
+    let mut rows = vec![["unit", "must be exempt from", "status"].map(String::from).to_vec()];
+    for (i, broken) in &report.requirements {
+        let r = &policy.requirements[*i];
+        let mechs: Vec<&str> = r.exempt.iter().map(|(id, _)| id.get().name).collect();
+        let status = if broken.is_empty() {
+            "holds".to_string()
+        } else {
+            format!("BROKEN: {}", broken.iter().map(|id| id.get().name).collect::<Vec<_>>().join(", "))
+        };
+        rows.push(vec![r.path.text.clone(), mechs.join(", "), status]);
+    }
+    out.push_str(&columns(&rows));
+    out
+}
+
+/// Rows as left-aligned columns separated by two blanks.
+fn columns(rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..rows.iter().map(Vec::len).max().unwrap_or(0))
+        .map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|")
 }
@@ -235,6 +293,26 @@ pub fn to_json(report: &Report, policy: &Policy) -> Value {
         "mechanisms": mechanisms,
         "requirements": requirements,
     })
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    #[test]
+    fn the_text_report_is_plain() {
+        let (policy, d) = crate::policy::parse_str(
+            std::path::Path::new("p.toml"),
+            "[[unit]]\npath = \"kernel/locking/lockdep.o\"\nskip = [\"kasan\"]\nwhy = \"recursion | through the allocator\"\n",
+        );
+        assert!(!d.has_errors(), "{d:?}");
+        let out = text(&build(&policy, &crate::kbuild::Rules::builtin(), "p.toml"), &policy);
+        for markdown in ["|", "**", "##", "`", "---"] {
+            assert!(!out.contains(markdown), "{markdown:?} in:\n{out}");
+        }
+        assert!(out.contains("kernel/locking/lockdep.o  kasan, kcsan"), "{out}");
+        assert!(out.lines().any(|l| l.starts_with("KASAN ") && l.split_whitespace().nth(1) == Some("1")), "{out}");
+    }
 }
 
 #[cfg(test)]
