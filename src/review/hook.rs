@@ -256,6 +256,13 @@ fn deleted_kbuild_file(path: &Path, rel: &str, head: &str, units: usize, outcome
     );
 }
 
+/// A repository path as diagnostics show it: relative to where the hook runs (the repository's
+/// root, when git runs it), so that positions and staged snippets match.
+fn shown(path: &Path) -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    path.strip_prefix(&cwd).map(Path::to_path_buf).unwrap_or_else(|_| path.to_path_buf())
+}
+
 /// What each directory's units are, for telling which directories a policy change touches.
 fn units_by_dir(policy: &Policy) -> BTreeMap<String, Vec<String>> {
     policy
@@ -295,7 +302,7 @@ fn staged_drift(
                 let path = scratch.path().join(&rel);
                 std::fs::create_dir_all(path.parent().unwrap_or(scratch.path())).map_err(|e| e.to_string())?;
                 std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
-                outcome.sources.push((repo.join(&rel), String::from_utf8_lossy(&bytes).into_owned()));
+                outcome.sources.push((shown(&repo.join(&rel)), String::from_utf8_lossy(&bytes).into_owned()));
                 found = true;
                 break;
             }
@@ -317,8 +324,9 @@ fn staged_drift(
     }
     let mut sub = policy.clone();
     sub.units.retain(|u| present.contains(&u.path.kbuild_dir));
-    let plan = crate::generate::plan_tree(&sub, scratch.path(), rules, false, false);
-    let moved = |p: &Path| repo.join(p.strip_prefix(scratch.path()).unwrap_or(p));
+    // Swept: a staged kbuild file of a directory the policy does not name is judged too.
+    let plan = crate::generate::plan_tree(&sub, scratch.path(), rules, false, true);
+    let moved = |p: &Path| shown(&repo.join(p.strip_prefix(scratch.path()).unwrap_or(p)));
     let relocate = |mut d: Diagnostic| {
         if let Some(l) = d.location.as_mut() {
             l.path = moved(&l.path);
