@@ -11,7 +11,7 @@ pub mod drift;
 
 use std::path::Path;
 
-use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::generate::{kbuild_file, read_kbuild, Plan};
 use crate::kbuild::dotconfig::DotConfig;
 use crate::kbuild::{arch, configs, DecidedBy, Rules};
@@ -152,6 +152,7 @@ fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
     for (dir, file) in &plan.files {
         let Some(before) = plan.before.get(dir) else { continue };
         let parsed = makefile::parse(before);
+        let lines = crate::diagnostic::LineIndex::new(before);
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
             let Some(why) = makefile::unmodelled(a, d).filter(|_| !a.in_block) else { continue };
@@ -161,7 +162,7 @@ fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
             };
             diags.push(
                 Diagnostic::error(Code::Unrepresentable, format!("`{}` is decided outside the policy: {why}", a.name))
-                    .at(Location::at_line(&file.path, before, a.line))
+                    .at(lines.line(&file.path, before, a.line))
                     .hint("rewrite it as a plain line (`NAME := n`, flags without comments or trailing blanks) and run `sanpolicy sync`, or acknowledge it with `[[acknowledge]]` code `unrepresentable`")
                     .about(&path, Some(d.mech)),
             );

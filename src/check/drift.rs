@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, LineIndex, Location};
 
 use crate::emit::inplace::{existing_key, Edit};
 use crate::generate::Plan;
@@ -112,8 +112,9 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
         match dir.and_then(|d| plan.edits.get(d).map(|e| (d, e))) {
             Some((dir, edits)) if policy.layout == Layout::InPlace => {
                 let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
+                let lines = LineIndex::new(change.old.as_deref().unwrap_or(""));
                 for edit in edits {
-                    diags.push(edit_finding(change, dir, units, edit, base, &now, program));
+                    diags.push(edit_finding(change, &lines, dir, units, edit, base, &now, program));
                 }
             }
             _ => diags.push((stale_file(change, program), false)),
@@ -149,8 +150,10 @@ fn path_of(dir: &str, object: Option<&str>) -> String {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn edit_finding(
     change: &Change,
+    lines: &LineIndex,
     dir: &str,
     units: &[&crate::policy::Unit],
     edit: &Edit,
@@ -192,7 +195,7 @@ fn edit_finding(
                 format!("run `{program} sync` to take it into the policy (the comment above it becomes the reason), or delete the line")
             };
             let d = Diagnostic::error(Code::Drift, format!("`{}` is in the tree but not in the policy", text.trim()))
-                .at(Location::at_line(&change.path, old, *line))
+                .at(lines.line(&change.path, old, *line))
                 .hint(hint);
             (d, !was)
         }
@@ -210,7 +213,7 @@ fn edit_finding(
                 Code::Drift,
                 format!("`{}` differs from the policy, which says `{}`", was.trim(), new.trim()),
             )
-            .at(Location::at_line(&change.path, old, *line))
+            .at(lines.line(&change.path, old, *line))
             .hint(hint);
             (d, tree_moved)
         }
@@ -230,13 +233,14 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
     for (dir, file) in &plan.files {
         let Some(before) = plan.before.get(dir) else { continue };
         let parsed = crate::makefile::parse(before);
+        let lines = LineIndex::new(before);
         let inside = parsed.block_names();
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
             if a.in_block || existing_key(a, d, rules).is_none() {
                 continue;
             }
-            let loc = Location::at_line(&file.path, before, a.line);
+            let loc = lines.line(&file.path, before, a.line);
             let path = path_of(dir, d.object.as_deref());
             if inside.contains(a.name.as_str()) {
                 diags.push((
@@ -295,6 +299,7 @@ fn unowned_lines(
     for (dir, file) in &plan.files {
         let Some(before) = plan.before.get(dir) else { continue };
         let parsed = crate::makefile::parse(before);
+        let lines = LineIndex::new(before);
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
             let Some((key, _)) = existing_key(a, d, rules) else { continue };
@@ -310,7 +315,7 @@ fn unowned_lines(
             let text = before[a.bytes.clone()].trim_end().to_string();
             diags.push((
                 Diagnostic::error(Code::UnmanagedDirective, format!("`{text}` is in the tree but not in the policy"))
-                    .at(Location::at_line(&file.path, before, a.line))
+                    .at(lines.line(&file.path, before, a.line))
                     .hint(hint),
                 false,
             ));
