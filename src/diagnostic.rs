@@ -148,6 +148,7 @@ impl Code {
                 | Code::DeletedKbuildFile
                 | Code::UnlinkedRuntime
                 | Code::Drift
+                | Code::OpaqueConstruct
                 | Code::StaleAcknowledgement
                 | Code::Acknowledged
                 | Code::NotApplicable
@@ -167,7 +168,6 @@ impl Code {
                 | Code::HandEditedBlock
                 | Code::PolicyRemoved
                 | Code::DeletedKbuildFile
-                | Code::OpaqueConstruct
         )
     }
 }

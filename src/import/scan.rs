@@ -244,6 +244,11 @@ fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, 
     if let Some(why) = crate::makefile::unmodelled(a, d) {
         return Err(why);
     }
+    // A generated line whose variable the file sets again outside the block: the two fight over
+    // the value, and the block layout owns the variable.
+    if a.in_block && parsed.assignments.iter().any(|b| !b.in_block && b.name == a.name) {
+        return Err(format!("`{}` is also set outside the generated block", a.name));
+    }
     // A policy's `when` is a grammar over Kconfig symbols; what is outside it stays in the tree.
     let refused = a.frames.iter().find_map(|f| crate::policy::when::validate(&f.condition.text).err().map(|p| (f, p)));
     if let Some((f, p)) = refused {
