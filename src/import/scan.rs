@@ -246,7 +246,11 @@ fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, 
     }
     // A generated line whose variable the file sets again outside the block: the two fight over
     // the value, and the block layout owns the variable.
-    if a.in_block && parsed.assignments.iter().any(|b| !b.in_block && b.name == a.name) {
+    // (Another kind of line for that variable, such as xtensa's `CFLAGS_REMOVE_x.o +=
+    // -fstack-protector` beside the ftrace removal, is not a directive and does not fight.)
+    if a.in_block
+        && parsed.assignments.iter().any(|b| !b.in_block && b.name == a.name && makefile::classify(b).is_some())
+    {
         return Err(format!("`{}` is also set outside the generated block", a.name));
     }
     // A policy's `when` is a grammar over Kconfig symbols; what is outside it stays in the tree.
