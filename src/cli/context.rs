@@ -239,3 +239,16 @@ pub fn write(lock: Option<&TreeLock>, changes: &[Change], ui: &mut Ui) -> Result
         EXIT_BAD_INPUT
     })
 }
+
+/// Run `work` with a spinner on a terminal; nothing when stderr is piped or under CI.
+pub fn with_spinner<T>(message: &str, work: impl FnOnce() -> T) -> T {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
+        return work();
+    }
+    let spinner = indicatif::ProgressBar::new_spinner().with_message(message.to_string());
+    spinner.enable_steady_tick(std::time::Duration::from_millis(80));
+    let result = work();
+    spinner.finish_and_clear();
+    result
+}

@@ -112,14 +112,15 @@ pub fn run(args: &DeriveArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         build_dir.display(),
         build_dir.join(build::LOG).display()
     );
-    let built = match with_spinner("building with the compiler's call graph", || {
+    let built = match super::context::with_spinner("building with the compiler's call graph", || {
         build::ensure(&tree, &build_dir, runtime, jobs)
     }) {
         Ok(b) => b,
         Err(f) => return bad(ui, Diagnostic::error(Code::Io, f.message).hint(f.hint)),
     };
-    let analysed =
-        with_spinner("walking the call graph", || derive::analyse(&tree, &build_dir, runtime, &rules, &requirements));
+    let analysed = super::context::with_spinner("walking the call graph", || {
+        derive::analyse(&tree, &build_dir, runtime, &rules, &requirements)
+    });
     let mut d = match analysed {
         Ok(d) => d,
         Err(f) => return bad(ui, Diagnostic::error(Code::Io, f.message).hint(f.hint)),
@@ -167,17 +168,4 @@ fn default_build(tree: &Path, mechanism: &str) -> PathBuf {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::fs::canonicalize(tree).unwrap_or_else(|_| tree.to_path_buf()).hash(&mut h);
     std::env::temp_dir().join(format!("sanpolicy-derive-{mechanism}-{:016x}", h.finish()))
-}
-
-/// Run `work` with a spinner on a terminal; nothing when stderr is piped or under CI.
-fn with_spinner<T>(message: &str, work: impl FnOnce() -> T) -> T {
-    use std::io::IsTerminal;
-    if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
-        return work();
-    }
-    let spinner = indicatif::ProgressBar::new_spinner().with_message(message.to_string());
-    spinner.enable_steady_tick(std::time::Duration::from_millis(80));
-    let result = work();
-    spinner.finish_and_clear();
-    result
 }

@@ -56,7 +56,9 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             .hint("pass `--force` to overwrite it, or `--out FILE`")]));
         return EXIT_BAD_INPUT;
     }
-    let scan = with_spinner(&format!("reading kbuild files under {}", tree.display()), || import::scan(&tree, &rules));
+    let scan = super::context::with_spinner(&format!("reading kbuild files under {}", tree.display()), || {
+        import::scan(&tree, &rules)
+    });
     if scan.diags.has_errors() {
         // A kbuild file the import cannot read back (broken markers, a hand-edited block):
         // adopting around it would leave a tree every later run refuses.
@@ -174,17 +176,4 @@ fn report_scan(ui: &mut Ui, scan: &import::Scan, verbose: bool) {
     if !outside.is_empty() {
         eprintln!("note: these lines stay as they are; `--verbose` lists each");
     }
-}
-
-/// Run `work` with a spinner on a terminal; nothing when stderr is piped or under CI.
-fn with_spinner<T>(message: &str, work: impl FnOnce() -> T) -> T {
-    use std::io::IsTerminal;
-    if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
-        return work();
-    }
-    let spinner = indicatif::ProgressBar::new_spinner().with_message(message.to_string());
-    spinner.enable_steady_tick(std::time::Duration::from_millis(80));
-    let result = work();
-    spinner.finish_and_clear();
-    result
 }
