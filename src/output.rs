@@ -379,6 +379,9 @@ fn apply_in(
     check_old: bool,
     hook: &mut dyn FnMut(Step<'_>) -> io::Result<()>,
 ) -> Result<Vec<PathBuf>, WriteError> {
+    // Every directory of the run, including those of files a killed run had already written
+    // (a no-op now, with the old text still beside it under a temporary name).
+    let planned: Vec<PathBuf> = changes.iter().map(|c| c.path.clone()).collect();
     let changes: Vec<&Change> = changes.iter().filter(|c| !c.is_noop()).collect();
     if let Some(d) = preflight(changes.iter().copied()).iter().next() {
         return Err(WriteError(Box::new(d.clone())).then("nothing was written"));
@@ -440,9 +443,7 @@ fn apply_in(
             let _ = rustix::fs::fsync(&t.dir);
         }
     }
-    // Every directory of the run, including those of files a killed run had already written.
-    let touched: Vec<PathBuf> = targets.iter().map(|t| t.change.path.clone()).collect();
-    sweep_leftovers(&touched);
+    sweep_leftovers(&planned);
     Ok(committed.iter().map(|(i, _)| targets[*i].change.path.clone()).collect())
 }
 
@@ -811,6 +812,26 @@ impl TreeLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A killed run may have committed a file but not yet removed the old text it exchanged
+    /// out: the rerun finds the file up to date and must still clear that directory.
+    #[test]
+    fn a_no_op_run_clears_leftovers_beside_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join(format!(".sanpolicy-{}-ffff.tmp", 1u64 << 40));
+        fs::write(&dead, "old text").unwrap();
+        fs::write(dir.path().join("Makefile"), "new").unwrap();
+        let same = Change {
+            path: dir.path().join("Makefile"),
+            display: "Makefile".into(),
+            old: Some("new".into()),
+            new: Some("new".into()),
+        };
+        assert!(same.is_noop());
+        assert!(apply(&[same]).unwrap().is_empty());
+        assert!(!dead.exists(), "the killed run's temporary file is still there");
+        assert_eq!(fs::read_to_string(dir.path().join("Makefile")).unwrap(), "new");
+    }
 
     #[test]
     fn only_temporaries_of_dead_processes_are_leftovers() {
