@@ -8,7 +8,7 @@
 //! Lines are matched by what they mean, not by their text: mechanism, object (as Kbuild names
 //! it) and the conditions they are active under (an `else` branch is the negated test).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{block::comment_lines, unit_line, LineParts};
 use crate::kbuild::Rules;
@@ -132,9 +132,11 @@ pub fn reconcile(text: &str, file: &KbuildFile, units: &[&Unit], rules: &Rules) 
         let a = &file.assignments[i];
         edits.push(Edit::Removed { line: a.line, text: line_text(text, a) });
     }
-    splices.extend(removals(text, file, &lines, &removed));
+    let gone: HashSet<usize> = removed.iter().copied().collect();
+    let index = Index::new(file, rules, &gone);
+    splices.extend(removals(text, file, &index, &lines, &removed, &gone));
     for (order, (key, u, id)) in inserts.into_iter().enumerate() {
-        if let Some(s) = insertion(text, file, &key, units[u], id, rules, &removed, order) {
+        if let Some(s) = insertion(text, file, &index, &key, units[u], id, rules, order) {
             splices.push(s);
             edits.push(Edit::Added { unit: u, mech: id, line: 0, text: String::new() });
         }
@@ -146,14 +148,25 @@ pub fn reconcile(text: &str, file: &KbuildFile, units: &[&Unit], rules: &Rules) 
 
 /// Fill in where each added line landed in the new text.
 fn locate_added(new: &str, edits: &mut [Edit], units: &[&Unit], rules: &Rules) {
+    if !edits.iter().any(|e| matches!(e, Edit::Added { .. })) {
+        return;
+    }
     let parsed = crate::makefile::parse(new);
+    // The first line of the new text with each meaning and value.
+    let mut first: HashMap<LineKey, Vec<(LineValue, usize)>> = HashMap::new();
+    for (i, d) in parsed.directives() {
+        if let Some((k, v)) = existing_key(&parsed.assignments[i], d, rules) {
+            let seen = first.entry(k).or_default();
+            if !seen.iter().any(|(w, _)| *w == v) {
+                seen.push((v, i));
+            }
+        }
+    }
     for e in edits.iter_mut() {
         if let Edit::Added { unit, mech, line, text } = e {
-            let Some(want) = unit_key(units[*unit], *mech, rules) else { continue };
-            let found = parsed.directives().find(|(i, d)| {
-                existing_key(&parsed.assignments[*i], d, rules).is_some_and(|(k, v)| k == want.0 && v == want.1)
-            });
-            if let Some((i, _)) = found {
+            let Some((key, value)) = unit_key(units[*unit], *mech, rules) else { continue };
+            let found = first.get(&key).and_then(|seen| seen.iter().find(|(v, _)| *v == value)).map(|(_, i)| *i);
+            if let Some(i) = found {
                 *line = parsed.assignments[i].line;
                 *text = line_text(new, &parsed.assignments[i]);
             }
@@ -201,15 +214,21 @@ impl LineStarts {
 
 /// The splices that remove `removed` lines, the comment paragraphs that headed only removed
 /// lines, conditionals left empty, and a blank line the removal would double.
-fn removals(text: &str, file: &KbuildFile, lines: &LineStarts, removed: &[usize]) -> Vec<Splice> {
+fn removals(
+    text: &str,
+    file: &KbuildFile,
+    index: &Index,
+    lines: &LineStarts,
+    removed: &[usize],
+    gone: &HashSet<usize>,
+) -> Vec<Splice> {
     let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
     for &i in removed {
         let a = &file.assignments[i];
         let mut start = a.bytes.start;
         if let Some(c) = a.comment_line {
-            let run: Vec<usize> =
-                (0..file.assignments.len()).filter(|j| file.assignments[*j].comment_line == Some(c)).collect();
-            if run.iter().all(|j| removed.contains(j)) && run.first() == Some(&i) {
+            let run = index.by_comment.get(&c).map_or(&[][..], Vec::as_slice);
+            if run.iter().all(|j| gone.contains(j)) && run.first() == Some(&i) {
                 start = lines.start(c);
             }
         }
@@ -309,9 +328,9 @@ fn width(s: &str) -> usize {
 
 /// The operator a new line uses: its neighbour's where that means the same; `+=` for a flag
 /// variable that another line of the file also assigns (so neither clobbers the other).
-fn operator(file: &KbuildFile, parts: &LineParts, id: MechId, style: &Style) -> &'static str {
+fn operator(index: &Index, parts: &LineParts, id: MechId, style: &Style) -> &'static str {
     let variable = matches!(id.get().form, Form::Variable { .. });
-    let assigned_elsewhere = file.assignments.iter().any(|a| a.name == parts.name);
+    let assigned_elsewhere = index.names.contains(&parts.name);
     match (variable, style.op) {
         (false, _) if assigned_elsewhere => "+=",
         (true, Some(Op::Simple)) | (true, None) => ":=",
@@ -335,41 +354,91 @@ fn changed_line(text: &str, a: &Assignment, unit: &Unit, id: MechId, rules: &Rul
     Style::of(text, a).render(&parts, a.op.as_str())
 }
 
+/// What placing new lines asks of the old file, computed once per file so that reconciling
+/// a file with many units stays linear (each question was a scan of the file per new line).
+struct Index {
+    /// The last surviving modelled line per (object stem, conditions).
+    by_object: HashMap<(Option<String>, Vec<String>), usize>,
+    /// The last surviving modelled line per (mechanism, conditions, per-object or not).
+    by_mech: HashMap<(MechId, Vec<String>, bool), usize>,
+    /// The mechanism of each directive line, by assignment index.
+    mech_of: HashMap<usize, MechId>,
+    /// The list lines (`obj-y`, `lib-y`, `foo-objs`, …) naming each object, in file order.
+    listed: HashMap<String, Vec<usize>>,
+    /// Every variable the file assigns.
+    names: HashSet<String>,
+    /// Where each directive line starts.
+    directive_starts: HashSet<usize>,
+    /// The assignments under each comment paragraph (by its first line).
+    by_comment: HashMap<usize, Vec<usize>>,
+}
+
+impl Index {
+    fn new(file: &KbuildFile, rules: &Rules, removed: &HashSet<usize>) -> Index {
+        let mut index = Index {
+            by_object: HashMap::new(),
+            by_mech: HashMap::new(),
+            mech_of: HashMap::new(),
+            listed: HashMap::new(),
+            names: file.assignments.iter().map(|a| a.name.clone()).collect(),
+            directive_starts: HashSet::new(),
+            by_comment: HashMap::new(),
+        };
+        for (i, d) in file.directives() {
+            index.mech_of.insert(i, d.mech);
+            index.directive_starts.insert(file.assignments[i].bytes.start);
+            if removed.contains(&i) {
+                continue;
+            }
+            if let Some((k, _)) = existing_key(&file.assignments[i], d, rules) {
+                index.by_mech.insert((k.mech, k.when.clone(), k.stem.is_some()), i);
+                index.by_object.insert((k.stem, k.when), i);
+            }
+        }
+        for (i, a) in file.assignments.iter().enumerate() {
+            if let Some(c) = a.comment_line {
+                index.by_comment.entry(c).or_default().push(i);
+            }
+            let list = a.name.starts_with("obj-")
+                || a.name.starts_with("lib-")
+                || a.name.ends_with("-y")
+                || a.name.ends_with("-objs");
+            if list {
+                for w in a.value.split_whitespace() {
+                    let at = index.listed.entry(w.to_string()).or_default();
+                    if at.last() != Some(&i) {
+                        at.push(i);
+                    }
+                }
+            }
+        }
+        index
+    }
+}
+
 /// Where and how a new unit line goes (see the module documentation for the order).
 #[allow(clippy::too_many_arguments)]
 fn insertion(
     text: &str,
     file: &KbuildFile,
+    index: &Index,
     key: &LineKey,
     unit: &Unit,
     id: MechId,
     rules: &Rules,
-    removed: &[usize],
     order: usize,
 ) -> Option<Splice> {
     let parts = unit_line(unit, id, rules.naming(id))?;
-    let alive = |i: &usize| !removed.contains(i);
-    let directive_of = |i: usize| file.directives().find(|(j, _)| *j == i).map(|(_, d)| d);
-    let keyed: Vec<(usize, LineKey)> = file
-        .directives()
-        .filter(|(i, _)| alive(i))
-        .filter_map(|(i, d)| existing_key(&file.assignments[i], d, rules).map(|(k, _)| (i, k)))
-        .collect();
     // 1. Next to the other lines of the same object under the same conditions: the unit's own.
-    let same_object = keyed.iter().rev().find(|(_, k)| k.stem == key.stem && k.when == key.when);
-    if let Some((i, _)) = same_object {
+    if let Some(i) = index.by_object.get(&(key.stem.clone(), key.when.clone())) {
         let a = &file.assignments[*i];
-        return Some(after_line(text, file, a, &parts, id, None, order));
+        return Some(after_line(text, index, a, &parts, id, None, order));
     }
     // 2. At the end of the last run of the same mechanism's lines under the same conditions.
-    let same_mech = keyed
-        .iter()
-        .rev()
-        .find(|(_, k)| k.mech == key.mech && k.when == key.when && k.stem.is_some() == key.stem.is_some());
-    if let Some((i, _)) = same_mech {
+    if let Some(i) = index.by_mech.get(&(key.mech, key.when.clone(), key.stem.is_some())) {
         let mut last = *i;
         while let Some(next) = file.assignments.get(last + 1) {
-            let same_run = directive_of(last + 1).is_some_and(|d| d.mech == key.mech)
+            let same_run = index.mech_of.get(&(last + 1)) == Some(&key.mech)
                 && next.line == file.assignments[last].end_line + 1
                 && next.when() == key.when;
             if !same_run {
@@ -378,21 +447,15 @@ fn insertion(
             last += 1;
         }
         let a = &file.assignments[last];
-        return Some(after_line(text, file, a, &parts, id, Some(&unit.why), order));
+        return Some(after_line(text, index, a, &parts, id, Some(&unit.why), order));
     }
     // 3. After the object's `obj-` line, when that line is active under a prefix of the conditions.
     if let Some(object) = unit.path.object.as_deref() {
-        let listed = file.assignments.iter().rev().find(|a| {
-            (a.name.starts_with("obj-")
-                || a.name.starts_with("lib-")
-                || a.name.ends_with("-y")
-                || a.name.ends_with("-objs"))
-                && a.value.split_whitespace().any(|w| w == object)
-                && key.when.starts_with(&a.when())
-        });
+        let candidates = index.listed.get(object).map_or(&[][..], Vec::as_slice);
+        let listed = candidates.iter().rev().map(|i| &file.assignments[*i]).find(|a| key.when.starts_with(&a.when()));
         if let Some(a) = listed {
             let wrap = &key.when[a.when().len()..];
-            let mut s = new_lines(text, file, &Style::plain(&a.indent), &parts, id, unit, wrap, true);
+            let mut s = new_lines(index, &Style::plain(&a.indent), &parts, id, unit, wrap, true);
             if !text[a.bytes.end..].starts_with('\n') && !text[a.bytes.end..].is_empty() {
                 s.push('\n');
             }
@@ -409,7 +472,7 @@ fn insertion(
         let wrap = &key.when[b.when.len()..];
         let lead = !text[..b.close_byte].ends_with("\n\n")
             && !text[..b.close_byte].ends_with(&format!("{}\n", cond_line_of(text, b.open_line)));
-        let s = new_lines(text, file, &Style::plain(&b.indent), &parts, id, unit, wrap, lead);
+        let s = new_lines(index, &Style::plain(&b.indent), &parts, id, unit, wrap, lead);
         return Some(Splice { range: b.close_byte..b.close_byte, text: s, order });
     }
     // 5. At the end of the file.
@@ -417,7 +480,7 @@ fn insertion(
     if !text.is_empty() && !text.ends_with('\n') {
         s.push('\n');
     }
-    s.push_str(&new_lines(text, file, &Style::plain(""), &parts, id, unit, &key.when, !text.is_empty()));
+    s.push_str(&new_lines(index, &Style::plain(""), &parts, id, unit, &key.when, !text.is_empty()));
     Some(Splice { range: text.len()..text.len(), text: s, order })
 }
 
@@ -427,9 +490,10 @@ fn cond_line_of(text: &str, line: usize) -> &str {
 
 /// A new line right after the directive line `a`, in its style. A reason comment goes above it
 /// unless it joins `a`'s unit (`why` is `None`) or a run that already shares that comment.
+#[allow(clippy::too_many_arguments)]
 fn after_line(
     text: &str,
-    file: &KbuildFile,
+    index: &Index,
     a: &Assignment,
     parts: &LineParts,
     id: MechId,
@@ -437,7 +501,7 @@ fn after_line(
     order: usize,
 ) -> Splice {
     let style = Style::of(text, a);
-    let op = operator(file, parts, id, &style);
+    let op = operator(index, parts, id, &style);
     let line = style.render(parts, op);
     let shares = why.is_none_or(|w| a.comment.as_deref().map(str::trim) == Some(w.trim()));
     let mut s = String::new();
@@ -446,7 +510,7 @@ fn after_line(
         comment_lines(&mut s, why.unwrap_or_default());
         s.push_str(&line);
         // A directive right below would read the new comment as its own reason.
-        if file.directives().any(|(i, _)| file.assignments[i].bytes.start == a.bytes.end) {
+        if index.directive_starts.contains(&a.bytes.end) {
             s.push('\n');
         }
     } else {
@@ -458,8 +522,7 @@ fn after_line(
 /// A new line with its reason comment, wrapped in the conditions `wrap` (outermost first).
 #[allow(clippy::too_many_arguments)]
 fn new_lines(
-    _text: &str,
-    file: &KbuildFile,
+    index: &Index,
     style: &Style,
     parts: &LineParts,
     id: MechId,
@@ -486,7 +549,7 @@ fn new_lines(
         s.push_str(c);
         s.push('\n');
     }
-    s.push_str(&style.render(parts, operator(file, parts, id, style)));
+    s.push_str(&style.render(parts, operator(index, parts, id, style)));
     for _ in wrap {
         s.push_str(&style.indent);
         s.push_str("endif\n");
