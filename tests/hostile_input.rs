@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fixture_tree::{Fingerprint, Run, Tree, V6_12};
+use fixture_tree::{errors, Fingerprint, Run, Tree, V6_12};
 
 const POLICY: &str = "sanitizer-policy.toml";
 /// A unit the `mechanisms` fixture builds: a run that did not stop would write its line.
@@ -50,29 +50,6 @@ fn run(cwd: &Path, args: &[&str]) -> Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
-}
-
-/// Every error in rendered diagnostics: its code and location (`┌─ LOC`, `= in LOC`), as in
-/// `tests/bad_input.rs`.
-fn errors(stderr: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut lines = stderr.lines().peekable();
-    while let Some(line) = lines.next() {
-        let Some(rest) = line.strip_prefix("error[") else { continue };
-        let code = rest.split(']').next().unwrap_or_default().to_string();
-        let mut at = String::new();
-        while let Some(next) = lines.peek().filter(|l| !l.starts_with("error") && !l.starts_with("warning")) {
-            let t = next.trim_start();
-            for prefix in ["┌─ ", "= in ", "= at "] {
-                if let Some(loc) = t.strip_prefix(prefix).filter(|_| at.is_empty()) {
-                    at = loc.to_string();
-                }
-            }
-            lines.next();
-        }
-        out.push((code, at));
-    }
-    out
 }
 
 /// One hostile input.

@@ -181,6 +181,48 @@ impl KbuildFile {
 pub const BEGIN_MARKER: &str = "# BEGIN sanpolicy generated block";
 pub const END_MARKER: &str = "# END sanpolicy generated block";
 
+/// Make's assignment operators, longest first so that a prefix never wins.
+const OPERATORS: [(&str, Op); 7] = [
+    (":::=", Op::Immediate),
+    ("::=", Op::Simple),
+    (":=", Op::Simple),
+    ("+=", Op::Append),
+    ("?=", Op::Conditional),
+    ("!=", Op::Shell),
+    ("=", Op::Recursive),
+];
+
+impl Assignment {
+    /// An assignment read from `logical`, before the reader places it (frames, comment, bytes).
+    fn on(
+        logical: &Logical,
+        name: &str,
+        op: Op,
+        modifiers: Vec<String>,
+        value: String,
+        inline_comment: Option<String>,
+        value_start: usize,
+    ) -> Assignment {
+        Assignment {
+            name: name.to_string(),
+            op,
+            value,
+            inline_comment,
+            modifiers,
+            line: logical.line,
+            end_line: logical.end_line,
+            frames: Vec::new(),
+            comment: None,
+            comment_line: None,
+            in_block: false,
+            continued: logical.end_line > logical.line,
+            bytes: 0..0,
+            value_start,
+            indent: logical.text[..logical.text.len() - logical.text.trim_start().len()].to_string(),
+        }
+    }
+}
+
 /// One logical line: physical lines joined at backslash-newline.
 struct Logical {
     text: String,
@@ -437,17 +479,8 @@ fn header(logical: &Logical) -> Option<Assignment> {
     modifiers.push(keyword.to_string());
     let (name, op) = if keyword == "define" {
         // `define NAME`, `define NAME =`, `define NAME :=` …: the name ends at a blank or an operator.
-        let ops = [
-            (":::=", Op::Immediate),
-            ("::=", Op::Simple),
-            (":=", Op::Simple),
-            ("+=", Op::Append),
-            ("?=", Op::Conditional),
-            ("!=", Op::Shell),
-            ("=", Op::Recursive),
-        ];
         let trimmed = rest.trim_end();
-        match ops.iter().find(|(s, _)| trimmed.ends_with(s)) {
+        match OPERATORS.iter().find(|(s, _)| trimmed.ends_with(s)) {
             Some((s, op)) => (trimmed[..trimmed.len() - s.len()].trim_end(), *op),
             None => (trimmed, Op::Recursive),
         }
@@ -457,23 +490,7 @@ fn header(logical: &Logical) -> Option<Assignment> {
     if name.is_empty() {
         return None;
     }
-    Some(Assignment {
-        name: name.to_string(),
-        op,
-        value: String::new(),
-        inline_comment: None,
-        modifiers,
-        line: logical.line,
-        end_line: logical.end_line,
-        frames: Vec::new(),
-        comment: None,
-        comment_line: None,
-        in_block: false,
-        continued: logical.end_line > logical.line,
-        bytes: 0..0,
-        value_start: logical.start_byte,
-        indent: logical.text[..logical.text.len() - logical.text.trim_start().len()].to_string(),
-    })
+    Some(Assignment::on(logical, name, op, modifiers, String::new(), None, logical.start_byte))
 }
 
 /// Record the assignment at `index` as an event (and a directive), and note what it does to
@@ -682,39 +699,12 @@ fn parse_assignment(logical: &Logical) -> Option<Assignment> {
     let name_len = name_length(rest)?;
     let name = &rest[..name_len];
     let after = rest[name_len..].trim_start();
-    let (op, op_len) = [
-        (":::=", Op::Immediate),
-        ("::=", Op::Simple),
-        (":=", Op::Simple),
-        ("+=", Op::Append),
-        ("?=", Op::Conditional),
-        ("!=", Op::Shell),
-        ("=", Op::Recursive),
-    ]
-    .into_iter()
-    .find(|(s, _)| after.starts_with(s))
-    .map(|(s, op)| (op, s.len()))?;
+    let (op, op_len) = OPERATORS.iter().find(|(s, _)| after.starts_with(s)).map(|(s, op)| (*op, s.len()))?;
     let value = after[op_len..].trim_start_matches([' ', '\t']).to_string();
     // The value is a suffix of the code part, which starts the logical line.
     let value_start = logical.start_byte + code.len() - after[op_len..].trim_start_matches([' ', '\t']).len();
-    let indent = logical.text[..logical.text.len() - logical.text.trim_start().len()].to_string();
-    Some(Assignment {
-        name: name.to_string(),
-        op,
-        value,
-        inline_comment: inline_comment.map(|c| c.trim().to_string()),
-        modifiers,
-        line: logical.line,
-        end_line: logical.end_line,
-        frames: Vec::new(),
-        comment: None,
-        comment_line: None,
-        in_block: false,
-        continued: logical.end_line > logical.line,
-        bytes: 0..0,
-        value_start,
-        indent,
-    })
+    let inline_comment = inline_comment.map(|c| c.trim().to_string());
+    Some(Assignment::on(logical, name, op, modifiers, value, inline_comment, value_start))
 }
 
 /// Length of a variable name at the start of `s`: no blanks, no `:`/`=`/`#` outside `$(…)`.

@@ -210,3 +210,26 @@ pub fn literal(path: &Path) -> String {
     }
     out
 }
+
+/// Every error in rendered diagnostics: its code and its location as rendered (`┌─ LOC` under
+/// a snippet, `= in LOC` for a whole file), or "" when it has none.
+pub fn errors(stderr: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut lines = stderr.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix("error[") else { continue };
+        let code = rest.split(']').next().unwrap_or_default().to_string();
+        let mut at = String::new();
+        while let Some(next) = lines.peek().filter(|l| !l.starts_with("error") && !l.starts_with("warning")) {
+            let t = next.trim_start();
+            for prefix in ["┌─ ", "= in ", "= at "] {
+                if let Some(loc) = t.strip_prefix(prefix).filter(|_| at.is_empty()) {
+                    at = loc.to_string();
+                }
+            }
+            lines.next();
+        }
+        out.push((code, at));
+    }
+    out
+}
