@@ -340,7 +340,7 @@ fn requirement(
             Diagnostic::error(Code::RecursionProne, message)
                 .at(loc.clone())
                 .label(cause)
-                .hint(format!("{fix}: {}", req.why.lines().next().unwrap_or("")))
+                .hint(format!("{fix}. Required because: {}", req.why_line()))
                 .about(&req.path.text, Some(*id)),
         );
     }

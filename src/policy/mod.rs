@@ -126,6 +126,14 @@ pub struct Requirement {
     pub location: Location,
 }
 
+impl Requirement {
+    /// The reason as one line: a multi-line `why` read by its first line alone can stop
+    /// mid-sentence (the shipped lockdep reason's first line ends in a colon).
+    pub fn why_line(&self) -> String {
+        self.why.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+}
+
 /// A parsed policy file (with its includes).
 #[derive(Debug, Clone)]
 pub struct Policy {

@@ -247,7 +247,7 @@ pub fn render_text(e: &Explanation, policy: &Policy) -> String {
             mechs.join(", "),
             r.location,
             if *holds { "holds" } else { "BROKEN" },
-            r.why.lines().next().unwrap_or("")
+            r.why_line()
         ));
     }
     out
