@@ -249,7 +249,7 @@ fn cases() -> Vec<Case> {
         .commands(&[GEN, CHECK]),
         policy_case(
             "duplicate unit",
-            "[[unit]]\npath = \"lib/skipall.o\"\nskip = [\"kcov\"]\nwhy = \"Listed twice.\"\n",
+            "[[unit]]\npath = \"lib/skipall.o\"\nskip = [\"kcov\", \"kasan\"]\nwhy = \"Listed twice.\"\n",
             &[("duplicate-unit", "./sanitizer-policy.toml:7:8")],
         ),
         policy_case(

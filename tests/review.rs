@@ -300,3 +300,48 @@ fn report_as_text_is_plain() {
     }
     assert!(run.stdout.contains("Recursion-prone units:"), "{}", run.stdout);
 }
+
+/// mm/Makefile's shape: an uncommented KASAN skip, then the KCSAN and the KCOV paragraphs over
+/// lines of the same object. Import keeps each reason with the mechanisms its lines set (one
+/// unit per reason), so neither `explain` nor a generated block shows the KCSAN paragraph as
+/// the reason for the KASAN skip; generation then changes nothing in either layout.
+#[test]
+fn import_keeps_each_reason_with_the_lines_it_explains() {
+    let tree = Tree::new("mechanisms", V6_12);
+    fs::remove_file(tree.join("sanitizer-policy.toml")).unwrap();
+    tree.write(
+        "lib/Makefile",
+        b"obj-y += slub.o\n\nKASAN_SANITIZE_slub.o := n\n\n# Races on bits of one word.\nKCSAN_SANITIZE_slub.o := n\n\n# Coverage that is not a function of syscall inputs.\nKCOV_INSTRUMENT_slub.o := n\nKCOV_INSTRUMENT_slub.o := n\n",
+    );
+    tree.write("lib/slub.c", b"int slub;\n");
+    let before = tree.read("lib/Makefile");
+    let import = tree.run(&["import"]);
+    assert_eq!(import.code, 0, "{}", import.both());
+    let policy = tree.read("sanitizer-policy.toml");
+    assert_eq!(policy.matches("path = \"lib/slub.o\"").count(), 3, "{policy}");
+    let explain = tree.run(&["explain", "lib/slub.o"]);
+    let out = &explain.stdout;
+    let section = |mech: &str| {
+        let at = out.find(&format!("  {mech} ")).unwrap_or_else(|| panic!("no {mech} in {out}"));
+        let end = out[at + 2..].find("\n  k").map_or(out.len(), |e| at + 2 + e);
+        out[at..end].to_string()
+    };
+    assert!(!section("kasan").contains("Races") && !section("kasan").contains("Coverage"), "{out}");
+    assert!(section("kcsan").contains("Races on bits") && !section("kcsan").contains("Coverage"), "{out}");
+    assert!(section("kcov").contains("Coverage that") && !section("kcov").contains("Races"), "{out}");
+    let check = tree.run(&["gen-makefiles", "--check"]);
+    assert_eq!(check.code, 0, "{}", check.both());
+    assert_eq!(tree.read("lib/Makefile"), before);
+
+    // In a block, each line sits under its own reason.
+    tree.write("lib/Makefile", before.as_bytes());
+    fs::remove_file(tree.join("sanitizer-policy.toml")).unwrap();
+    let adopt = tree.run(&["import", "--adopt", "--layout", "block"]);
+    assert_eq!(adopt.code, 0, "{}", adopt.both());
+    let block = tree.read("lib/Makefile");
+    let kasan = block.find("KASAN_SANITIZE_slub.o").unwrap();
+    let kcsan = block.find("KCSAN_SANITIZE_slub.o").unwrap();
+    assert!(!block[..kasan].contains("Races") && !block[..kasan].contains("Coverage"), "{block}");
+    assert!(block[..kcsan].contains("# Races on bits of one word.\n"), "{block}");
+    assert_eq!(tree.run(&["gen-makefiles", "--check"]).code, 0);
+}

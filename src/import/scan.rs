@@ -75,7 +75,8 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
     let needles = needles();
     let mut out = Scan::default();
     let mut units: Vec<ImportedUnit> = Vec::new();
-    let mut index: HashMap<(String, Option<String>, Vec<String>), usize> = HashMap::new();
+    // The units of each (directory, object, conditions), one per reason.
+    let mut index: HashMap<(String, Option<String>, Vec<String>), Vec<usize>> = HashMap::new();
     let walk = makefile::walk_kbuild_files(tree, &needles);
     let (files, read) = (walk.files, walk.read);
     out.files_read = read;
@@ -120,19 +121,25 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
             }
             let DirectiveValue::Plain(setting) = d.value else { continue };
             let when = a.when();
+            let reason = a.comment.as_deref().and_then(reason_text);
             let key = (dir.clone(), d.object.clone(), when.clone());
-            let slot = *index.entry(key).or_insert_with(|| {
-                units.push(ImportedUnit {
-                    dir: dir.clone(),
-                    object: d.object.clone(),
-                    when,
-                    settings: BTreeMap::new(),
-                    reasons: Vec::new(),
-                    vars: BTreeMap::new(),
-                    flags: BTreeMap::new(),
-                });
-                units.len() - 1
-            });
+            let group = index.entry(key).or_default();
+            let slot = match unit_for(&units, group, d.mech, reason.as_deref()) {
+                Some(slot) => slot,
+                None => {
+                    units.push(ImportedUnit {
+                        dir: dir.clone(),
+                        object: d.object.clone(),
+                        when,
+                        settings: BTreeMap::new(),
+                        reasons: Vec::new(),
+                        vars: BTreeMap::new(),
+                        flags: BTreeMap::new(),
+                    });
+                    group.push(units.len() - 1);
+                    units.len() - 1
+                }
+            };
             let unit = &mut units[slot];
             unit.settings.insert(d.mech, setting);
             if let Form::FlagRemoval { flags, .. } = d.mech.get().form {
@@ -143,7 +150,7 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
                     unit.flags.insert(d.mech, value);
                 }
             }
-            if let Some(c) = a.comment.as_deref().and_then(reason_text) {
+            if let Some(c) = reason {
                 if !unit.reasons.contains(&c) {
                     unit.reasons.push(c);
                 }
@@ -165,6 +172,23 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
     // lines it replaces.
     out.units = units;
     out
+}
+
+/// Which of the units in `group` (one object under the same conditions) a line for `mech`
+/// with `reason` joins: the one already setting `mech` (a variable assigned twice: the last
+/// line decides, both reasons are kept), else the one with exactly that reason (none for an
+/// uncommented line). Lines with different comments stay in different units, so a reason is
+/// never shown for a mechanism it does not explain (mm/Makefile's KCSAN paragraph is not why
+/// `KASAN_SANITIZE_slub.o := n` is there).
+fn unit_for(units: &[ImportedUnit], group: &[usize], mech: MechId, reason: Option<&str>) -> Option<usize> {
+    let setting = group.iter().find(|&&u| units[u].settings.contains_key(&mech));
+    let same_reason = || {
+        group.iter().find(|&&u| match reason {
+            Some(r) => units[u].reasons.len() == 1 && units[u].reasons[0] == r,
+            None => units[u].reasons.is_empty(),
+        })
+    };
+    setting.or_else(same_reason).copied()
 }
 
 /// A comment paragraph as a reason, in the form a generated block writes it back (each line

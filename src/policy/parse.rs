@@ -626,18 +626,30 @@ fn parse_requirement(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usi
     })
 }
 
-/// Two units for the same path under the same conditions are ambiguous.
+/// Two units that set one mechanism for the same path under the same conditions are ambiguous.
+/// Units of one path that set different mechanisms are not: each can give its own reason.
 fn check_duplicates(policy: &Policy, diags: &mut Diagnostics) {
-    let mut seen: HashMap<(&str, &[String]), &Location> = HashMap::new();
+    let mut seen: HashMap<(&str, &[String], MechId), &Location> = HashMap::new();
     for unit in &policy.units {
-        match seen.get(&(unit.path.text.as_str(), unit.when.as_slice())) {
-            Some(first) => diags.push(
-                Diagnostic::error(Code::DuplicateUnit, format!("`{}` is listed twice", unit.path.text))
-                    .at(unit.location.clone())
-                    .hint(format!("merge it with the entry at {first}")),
-            ),
-            None => {
-                seen.insert((unit.path.text.as_str(), unit.when.as_slice()), &unit.location);
+        let mut reported = false;
+        for id in unit.settings.keys() {
+            let key = (unit.path.text.as_str(), unit.when.as_slice(), *id);
+            match seen.get(&key) {
+                Some(first) if !reported => {
+                    reported = true;
+                    diags.push(
+                        Diagnostic::error(
+                            Code::DuplicateUnit,
+                            format!("`{}` is listed twice for `{id}`", unit.path.text),
+                        )
+                        .at(unit.location.clone())
+                        .hint(format!("merge it with the entry at {first}, or drop `{id}` from one of them")),
+                    );
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(key, &unit.location);
+                }
             }
         }
     }
