@@ -2,11 +2,13 @@
 //! their enclosing conditionals and the comment paragraph above them, sanpolicy's generated
 //! block markers, and which assignments are instrumentation directives.
 
+mod comment;
 mod condition;
 mod constructs;
 mod directive;
 mod tree;
 
+pub use comment::{comment_problem, forges_marker};
 pub use condition::{CondKind, Condition};
 pub use constructs::{NamePattern, Opaque};
 pub use directive::{classify, is_plain_flag, unmodelled, Directive, DirectiveValue};

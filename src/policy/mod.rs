@@ -18,14 +18,9 @@ use std::path::PathBuf;
 use crate::diagnostic::Location;
 use crate::mechanism::MechId;
 
-/// What a unit asks of one mechanism.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Setting {
-    /// Exempt: the object is not instrumented (objtool: not checked; ftrace: flags removed).
-    Skip,
-    /// Forced on, whatever the directory or default says.
-    Force,
-}
+/// What a unit asks of one mechanism; defined with the mechanism table, below the makefile
+/// reader, which reads directives as settings.
+pub use crate::mechanism::Setting;
 
 /// How a policy's directives live in the tree (`layout = "…"`). All three give the same
 /// effective state; they differ in which files hold the lines.
