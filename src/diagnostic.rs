@@ -66,6 +66,10 @@ pub enum Code {
     Locked,
     BadConfig,
     OpaqueConstruct,
+    BadProfileName,
+    BadCrateName,
+    DuplicateProfile,
+    DuplicateCrate,
 }
 
 impl Code {
@@ -125,6 +129,10 @@ impl Code {
             Code::Locked => "locked",
             Code::BadConfig => "bad-config",
             Code::OpaqueConstruct => "opaque-construct",
+            Code::BadProfileName => "bad-profile-name",
+            Code::BadCrateName => "bad-crate-name",
+            Code::DuplicateProfile => "duplicate-profile",
+            Code::DuplicateCrate => "duplicate-crate",
         }
     }
 

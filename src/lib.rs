@@ -8,6 +8,7 @@
 //! - [`kbuild`]: the tree's rules, a make evaluator and the resolver of effective state;
 //! - [`emit`]: rendering directive lines and generated blocks;
 //! - [`generate`]: planning the new text of every file before writing;
+//! - [`snapshot`]: the effective snapshot read back as the last generated state;
 //! - [`check`]: requirements, sources and drift;
 //! - [`output`]: the one atomic writer and the diffs;
 //! - [`diagnostic`]: one shape for every problem; [`cli`]: the shared command line;
@@ -28,3 +29,4 @@ pub mod mechanism;
 pub mod output;
 pub mod policy;
 pub mod review;
+pub mod snapshot;

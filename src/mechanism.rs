@@ -8,6 +8,16 @@
 //! row per sanitizer, coverage pass or profile key, with the runtime hooks that make a crate
 //! recursion-prone. It is a separate table so the Kbuild stages never see a Cargo row.
 
+/// What a unit asks of one mechanism: the two values the table gives each mechanism
+/// (`skip_value`, `force_value`, or removing and re-adding its flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Setting {
+    /// Exempt: the object is not instrumented (objtool: not checked; ftrace: flags removed).
+    Skip,
+    /// Forced on, whatever the directory or default says.
+    Force,
+}
+
 /// How the kernel decides whether a word list means "on".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Polarity {
@@ -123,6 +133,19 @@ impl Mechanism {
         match self.form {
             Form::Variable { var, .. } => var,
             Form::FlagRemoval { flags, .. } => flags.trim_start_matches("$(").trim_end_matches(')'),
+        }
+    }
+}
+
+impl Mechanism {
+    /// Whether Kbuild has a line for `setting` of this mechanism on one object (`per_object`)
+    /// or on a whole directory. Only a flag-removal mechanism forced on for a directory has
+    /// none: Kbuild has no directory-wide way to add flags back. The policy parser refuses
+    /// such a setting and the emitter writes no line for it, both from this one answer.
+    pub fn expressible(&self, setting: Setting, per_object: bool) -> bool {
+        match self.form {
+            Form::Variable { .. } => true,
+            Form::FlagRemoval { .. } => per_object || setting == Setting::Skip,
         }
     }
 }

@@ -452,6 +452,38 @@ fn reserved_profile_names_have_their_own_code() {
     }
 }
 
+/// One meaning per code (issue 11, point 6): a malformed profile or crate name is not a bad
+/// path, and a profile or crate named twice is not a duplicate unit.
+#[test]
+fn profile_and_crate_names_have_codes_of_their_own() {
+    let ws = Ws::new("sanitized");
+    let twice = |entry: &str| format!("{entry}\n{entry}");
+    let profile = "[[profile]]\nname = \"asan\"\nenable = [\"asan\"]\n";
+    let krate = "[[crate]]\nname = \"base\"\nskip = [\"asan\"]\nwhy = \"x\"\n";
+    for (policy, code, message) in [
+        (twice(profile), "duplicate-profile", "profile `asan` is declared twice"),
+        (format!("{profile}\n{}", twice(krate)), "duplicate-crate", "`base` is named twice"),
+        (
+            profile.replace("\"asan\"\nenable", "\"no such\"\nenable"),
+            "bad-profile-name",
+            "`no such` is not a Cargo profile name",
+        ),
+        (
+            format!("{profile}\n{}", krate.replace("\"base\"", "\"bad name!\"")),
+            "bad-crate-name",
+            "`bad name!` is not a package name",
+        ),
+    ] {
+        ws.write("sanitizer-policy.toml", &policy);
+        let before = ws.fingerprint();
+        let run = ws.gen(&[]);
+        assert_eq!(run.code, 2, "{policy}\n{}", run.both());
+        assert!(run.stderr.contains(&format!("error[{code}]: {message}")), "{policy}\n{}", run.stderr);
+        assert!(!run.stderr.contains("duplicate-unit") && !run.stderr.contains("bad-path"), "{}", run.stderr);
+        assert_unchanged(&before, &ws.fingerprint(), code);
+    }
+}
+
 #[test]
 fn removing_the_last_profile_removes_the_generated_tables() {
     let ws = Ws::new("sanitized");

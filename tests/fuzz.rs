@@ -749,7 +749,7 @@ fn emitter_neutralises_what_the_parser_refuses() {
         "continued \\\u{b}\nKCOV_INSTRUMENT := y",
         "nul\u{0}and\u{85}next-line",
     ] {
-        assert!(emit::comment_problem(why).is_some() || why.contains('\\'), "{why:?} accepted");
+        assert!(makefile::comment_problem(why).is_some() || why.contains('\\'), "{why:?} accepted");
         let kasan = MechId::by_name("kasan").unwrap();
         let u = unit("d", Some("x.o"), BTreeMap::from([(kasan, Setting::Skip)]), why, Vec::new());
         let block = emit::render_block(&[&u], builtin());

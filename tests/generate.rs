@@ -77,7 +77,7 @@ fn generate(name: &str, version: &str) -> Tree {
 fn on(tree: &Tree, dir: &str, object: &str, mech: &str, config: &[(&str, &str)], kernel_object: bool) -> bool {
     let (rules, diags) = Rules::from_tree(tree.path());
     assert!(diags.is_empty(), "{diags:?}");
-    let path = sanpolicy::generate::kbuild_file(&tree.join(dir)).unwrap();
+    let path = sanpolicy::makefile::kbuild_file(&tree.join(dir)).unwrap();
     let mut env = instrumented_env(&rules);
     for (k, v) in config {
         env.set(k, v);

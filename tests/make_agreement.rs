@@ -654,7 +654,7 @@ fn kbuild_shadows_makefile_like_make() {
         let out = make_command(tmp.path()).args(["-f", "driver.mk", &format!("src={case}")]).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8(out.stdout).unwrap();
-        let rust = sanpolicy::generate::kbuild_file(&dir);
+        let rust = sanpolicy::makefile::kbuild_file(&dir);
         for version in ["6.12", "6.1"] {
             let made = stdout.lines().find_map(|l| l.strip_prefix(&format!("{version} "))).unwrap();
             let made = tmp.path().join(made);
@@ -665,7 +665,7 @@ fn kbuild_shadows_makefile_like_make() {
         }
     }
     assert_eq!(compared, 8);
-    assert_eq!(sanpolicy::generate::kbuild_file(&tmp.path().join("both")), Some(tmp.path().join("both/Kbuild")));
+    assert_eq!(sanpolicy::makefile::kbuild_file(&tmp.path().join("both")), Some(tmp.path().join("both/Kbuild")));
 }
 
 #[test]

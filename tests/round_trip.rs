@@ -58,8 +58,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use sanpolicy::generate::kbuild_file;
 use sanpolicy::kbuild::{DecisionKind, Rules};
+use sanpolicy::makefile::kbuild_file;
 use sanpolicy::makefile::{self, BEGIN_MARKER, END_MARKER};
 use sanpolicy::mechanism::{Form, MechId, Polarity, MECHANISMS};
 use sanpolicy::policy::expand_variants;

@@ -67,7 +67,7 @@ fn selected<'a>(
     for p in &policy.profiles {
         if let Some(first) = seen.iter().find(|s| s.name == p.name) {
             diags.push(
-                Diagnostic::error(Code::DuplicateUnit, format!("profile `{}` is declared twice", p.name))
+                Diagnostic::error(Code::DuplicateProfile, format!("profile `{}` is declared twice", p.name))
                     .at(p.location.clone())
                     .hint(format!("merge it with the entry at {}", first.location)),
             );

@@ -45,7 +45,7 @@ pub fn resolve<'a>(policy: &'a Policy, workspace: &'a Workspace) -> (Vec<Resolve
                 };
                 if let Some(first) = out.iter().find(|r| std::ptr::eq(r.package, *package)) {
                     diags.push(
-                        Diagnostic::error(Code::DuplicateUnit, format!("`{key}` is named twice"))
+                        Diagnostic::error(Code::DuplicateCrate, format!("`{key}` is named twice"))
                             .at(entry.location.clone())
                             .hint(format!("merge it with the entry at {}", first.entry.location)),
                     );

@@ -144,9 +144,9 @@ fn effective_snapshot(inputs: &Inputs, out: Option<&Path>) -> crate::output::Cha
 }
 
 /// The last generated state, for telling which side of a drift moved: the committed snapshot.
-pub fn base_for(inputs: &Inputs) -> crate::check::drift::Base {
+pub fn base_for(inputs: &Inputs) -> crate::snapshot::Base {
     let text = std::fs::read_to_string(effective::snapshot_path(&inputs.policy_path)).ok();
-    crate::check::drift::Base::parse(text.as_deref())
+    crate::snapshot::Base::parse(text.as_deref())
 }
 
 pub fn plan_for(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: bool) -> Plan {

@@ -4,10 +4,10 @@ use clap::Args;
 
 use super::context::{base_for, display, inputs, lock_tree, plan_with_snapshot, write, CommonArgs, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
-use crate::check::drift::Base;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::output::Change;
 use crate::review::effective;
+use crate::snapshot::Base;
 use crate::{import, policy};
 
 #[derive(Debug, Args)]

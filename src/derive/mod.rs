@@ -16,10 +16,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::generate::{kbuild_file, read_kbuild};
 use crate::kbuild::configs::{Prepared, State};
 use crate::kbuild::Rules;
 use crate::makefile;
+use crate::makefile::{kbuild_file, read_kbuild};
 use crate::policy::Requirement;
 
 pub use build::Failure;

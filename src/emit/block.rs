@@ -4,7 +4,7 @@
 
 use super::unit_line;
 use crate::kbuild::Rules;
-use crate::makefile::{Block, KbuildFile, BEGIN_MARKER, END_MARKER};
+use crate::makefile::{forges_marker, Block, KbuildFile};
 use crate::policy::Unit;
 
 const BEGIN_TEMPLATE: &str = include_str!("../../templates/kbuild-block-begin.txt");
@@ -18,23 +18,6 @@ pub const REGENERATE: &str = "sanpolicy gen-makefiles";
 pub fn checksum(body: &str) -> String {
     let hash = body.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     format!("{hash:016x}")
-}
-
-/// Why `text` (a reason or a link) cannot be written as comment lines of a generated block, if
-/// it cannot: a control character (a lone carriage return would make the file unreadable as
-/// Kbuild text), or a line that would read as one of the block's own markers. The policy parser
-/// refuses such text; [`render_block`] neutralises it anyway, so no text can end the block early.
-pub fn comment_problem(text: &str) -> Option<String> {
-    let text = text.replace("\r\n", "\n");
-    if let Some(c) = text.chars().find(|c| c.is_control() && *c != '\n' && *c != '\t') {
-        return Some(format!("a control character (U+{:04X})", u32::from(c)));
-    }
-    text.lines().find(|l| forges_marker(l)).map(|l| format!("a line that reads as a generated block marker: `{l}`"))
-}
-
-/// Whether `# {line}` would be taken for a begin or end marker.
-fn forges_marker(line: &str) -> bool {
-    [BEGIN_MARKER, END_MARKER].iter().any(|m| m.strip_prefix("# ").is_some_and(|m| line.starts_with(m)))
 }
 
 pub(crate) fn comment_lines(out: &mut String, text: &str) {

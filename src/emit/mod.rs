@@ -5,9 +5,7 @@ mod block;
 pub mod central;
 pub mod inplace;
 
-pub use block::{
-    checksum, comment_problem, condition_problems, render_block, render_fragment, splice, SpliceError, REGENERATE,
-};
+pub use block::{checksum, condition_problems, render_block, render_fragment, splice, SpliceError, REGENERATE};
 
 use crate::kbuild::Naming;
 use crate::mechanism::{Form, MechId};
@@ -27,6 +25,9 @@ pub struct LineParts {
 /// whole directory).
 pub fn unit_line(unit: &Unit, id: MechId, naming: Naming) -> Option<LineParts> {
     let setting = *unit.settings.get(&id)?;
+    if !id.get().expressible(setting, unit.path.object.is_some()) {
+        return None;
+    }
     let value = unit.value(id)?;
     let stem = unit.path.object.as_deref().map(|o| naming.stem(o));
     Some(match (id.get().form, stem) {
@@ -37,9 +38,6 @@ pub fn unit_line(unit: &Unit, id: MechId, naming: Naming) -> Option<LineParts> {
             LineParts { name: format!("{prefix}{s}.o"), op: "+=", value }
         }
         (Form::FlagRemoval { dir_remove_var, .. }, None) => {
-            if setting != Setting::Skip {
-                return None;
-            }
             LineParts { name: dir_remove_var.to_string(), op: "+=", value }
         }
     })
@@ -51,6 +49,9 @@ pub fn unit_line(unit: &Unit, id: MechId, naming: Naming) -> Option<LineParts> {
 /// Lines never end in a blank or a comment: make would keep either in the value and turn an
 /// exemption back on.
 pub fn directive_line(id: MechId, object: Option<&str>, setting: Setting, naming: Naming) -> Option<String> {
+    if !id.get().expressible(setting, object.is_some()) {
+        return None;
+    }
     let stem = object.map(|o| naming.stem(o));
     match (id.get().form, stem) {
         (Form::Variable { var, skip_value, force_value, .. }, stem) => {
@@ -64,8 +65,6 @@ pub fn directive_line(id: MechId, object: Option<&str>, setting: Setting, naming
             let prefix = if setting == Setting::Skip { remove_prefix } else { add_prefix };
             Some(format!("{prefix}{s}.o += {flags}"))
         }
-        (Form::FlagRemoval { dir_remove_var, flags, .. }, None) => {
-            (setting == Setting::Skip).then(|| format!("{dir_remove_var} += {flags}"))
-        }
+        (Form::FlagRemoval { dir_remove_var, flags, .. }, None) => Some(format!("{dir_remove_var} += {flags}")),
     }
 }

@@ -12,6 +12,3 @@ pub use adopt::adopt;
 pub use locate::in_tree;
 pub use scan::{scan, ImportedUnit, Scan, Taken};
 pub use write::policy_toml;
-
-/// Reason written for a unit whose directives have no comment in the tree; `check` counts these.
-pub const PLACEHOLDER_REASON: &str = "TODO(sanpolicy import): the tree gives no reason";

@@ -3,13 +3,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use super::PLACEHOLDER_REASON;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
-use crate::generate::{decode_kbuild, kbuild_file};
 use crate::kbuild::Rules;
 use crate::makefile::{self, Assignment, Directive, DirectiveValue, KbuildFile};
+use crate::makefile::{decode_kbuild, kbuild_file};
 use crate::mechanism::{Form, MechId, Mechanism, MECHANISMS};
 use crate::policy::Setting;
+use crate::policy::PLACEHOLDER_REASON;
 
 /// A unit as found in the tree, before it becomes a `[[unit]]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -325,7 +325,7 @@ fn stale(tree: &Path, rules: &Rules, units: &[ImportedUnit], taken: &[Taken], di
             let Some(object) = &d.object else { continue };
             let unit = units.iter().find(|u| u.dir == t.dir && u.object.as_ref() == Some(object));
             let vars = unit.map(|u| u.vars.clone()).unwrap_or_default();
-            if !crate::check::has_source(&tree.join(&t.dir), object, &vars, &t.text, rules.naming(d.mech)) {
+            if !crate::kbuild::has_source(&tree.join(&t.dir), object, &vars, &t.text, rules.naming(d.mech)) {
                 diags.push(
                     Diagnostic::warning(
                         Code::MissingSource,

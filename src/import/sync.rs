@@ -14,11 +14,11 @@ use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, Value};
 
 use super::scan::Scan;
 use super::ImportedUnit;
-use crate::check::drift::Base;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::emit::inplace::canonical_when;
 use crate::mechanism::{Form, MechId};
 use crate::policy::{expand_variants, Policy, Setting};
+use crate::snapshot::Base;
 
 /// What one line or unit setting says: skip/force and the exact value.
 #[derive(Debug, Clone, PartialEq, Eq)]

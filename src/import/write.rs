@@ -74,7 +74,7 @@ fn unit_table(unit: &ImportedUnit) -> Table {
 }
 
 /// A comment from the tree as a reason the policy parser accepts (it refuses what a generated
-/// comment line cannot hold, see [`crate::emit::comment_problem`]): a control character (an
+/// comment line cannot hold, see [`crate::makefile::comment_problem`]): a control character (an
 /// ESC or NUL in a Makefile comment) becomes its visible picture (`␛`, `␀`; a C1 control its
 /// `\u{85}` escape), and a line that would read as a block marker is quoted with `> `.
 fn neutralised(why: &str) -> String {
@@ -93,7 +93,7 @@ fn neutralised(why: &str) -> String {
                 c => c.to_string(),
             })
             .collect();
-        if crate::emit::comment_problem(&line).is_some() {
+        if crate::makefile::comment_problem(&line).is_some() {
             out.push_str("> ");
         }
         out.push_str(&line);

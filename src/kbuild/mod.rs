@@ -8,6 +8,7 @@ pub mod eval;
 pub mod kconfig;
 pub mod resolve;
 pub mod rules;
+mod source;
 
 /// Stands for "any object of the directory without a setting of its own" where a state is
 /// asked of a directory.
@@ -16,3 +17,4 @@ pub const ANY_OBJECT: &str = "sanpolicy-any-object.o";
 pub use eval::{Env, Evaluate, Oracle};
 pub use resolve::{evaluate, instrumented_env, DecidedBy, Evaluation};
 pub use rules::{Decision, DecisionKind, Naming, Rules, Term};
+pub use source::has_source;

@@ -1,8 +1,7 @@
 //! Which assignments are instrumentation directives, decided from the mechanism table alone.
 
 use super::{Assignment, Op};
-use crate::mechanism::{Form, MechId, MECHANISMS};
-use crate::policy::Setting;
+use crate::mechanism::{Form, MechId, Setting, MECHANISMS};
 
 /// What a directive's value means for its mechanism.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +101,7 @@ pub fn unmodelled(a: &Assignment, d: &Directive) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use crate::makefile::parse;
-    use crate::policy::Setting;
+    use crate::mechanism::Setting;
 
     use super::*;
 

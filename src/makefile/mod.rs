@@ -2,15 +2,21 @@
 //! their enclosing conditionals and the comment paragraph above them, sanpolicy's generated
 //! block markers, and which assignments are instrumentation directives.
 
+mod comment;
 mod condition;
 mod constructs;
 mod directive;
+mod read;
 mod tree;
+mod variants;
 
+pub use comment::{comment_problem, forges_marker};
 pub use condition::{CondKind, Condition};
 pub use constructs::{NamePattern, Opaque};
 pub use directive::{classify, is_plain_flag, unmodelled, Directive, DirectiveValue};
+pub use read::{decode_kbuild, kbuild_file, read_kbuild};
 pub use tree::{is_kbuild_name, read_kbuild_files, walk_kbuild_files, Walk};
+pub use variants::expand_variants;
 
 /// Assignment operators of GNU make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

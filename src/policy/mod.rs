@@ -7,9 +7,10 @@ mod parse;
 mod paths;
 pub mod when;
 
+pub use crate::makefile::expand_variants;
 pub use crates::{CargoProfile, CrateEntry, CrateSpec, RESERVED_PROFILES};
 pub use parse::{load, load_with, parse_str, Reader};
-pub use paths::{expand_variants, make_variables, UnitPath};
+pub use paths::{make_variables, UnitPath};
 pub use when::{undefined_symbols, validate, When};
 
 use std::collections::BTreeMap;
@@ -18,14 +19,14 @@ use std::path::PathBuf;
 use crate::diagnostic::Location;
 use crate::mechanism::MechId;
 
-/// What a unit asks of one mechanism.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Setting {
-    /// Exempt: the object is not instrumented (objtool: not checked; ftrace: flags removed).
-    Skip,
-    /// Forced on, whatever the directory or default says.
-    Force,
-}
+/// Reason `import` writes for a unit whose directives have no comment in the tree; `check`
+/// counts these and `report` files them under "no reason". Part of the policy's vocabulary, so
+/// every stage above the policy reads it from here.
+pub const PLACEHOLDER_REASON: &str = "TODO(sanpolicy import): the tree gives no reason";
+
+/// What a unit asks of one mechanism; defined with the mechanism table, below the makefile
+/// reader, which reads directives as settings.
+pub use crate::mechanism::Setting;
 
 /// How a policy's directives live in the tree (`layout = "…"`). All three give the same
 /// effective state; they differ in which files hold the lines.

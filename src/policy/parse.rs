@@ -294,12 +294,12 @@ struct Common {
 }
 
 /// Reasons and links become comment lines of the generated block: refuse what a comment line
-/// cannot hold (see [`crate::emit::comment_problem`]).
+/// cannot hold (see [`crate::makefile::comment_problem`]).
 fn comment_text(cx: &mut Ctx, key: &str, text: &str, span: Option<Range<usize>>) -> bool {
     let problem = if key == "links" && text.contains('\n') {
         Some("a line break".to_string())
     } else {
-        crate::emit::comment_problem(text)
+        crate::makefile::comment_problem(text)
     };
     let Some(problem) = problem else { return true };
     cx.error(
@@ -497,9 +497,7 @@ fn check_unsupported(
     locs: &BTreeMap<MechId, Location>,
 ) {
     for (id, setting) in settings {
-        if crate::emit::directive_line(*id, path.object.as_deref(), *setting, crate::kbuild::Naming::TargetStem)
-            .is_none()
-        {
+        if !id.get().expressible(*setting, path.object.is_some()) {
             let loc = locs[id].clone();
             cx.diags.push(
                 Diagnostic::error(Code::Unsupported, format!("`{id}` cannot be forced for a whole directory"))

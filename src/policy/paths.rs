@@ -1,7 +1,5 @@
 //! Unit paths: `kernel/locking/lockdep.o` (an object) or `mm/kasan/` (a directory).
 
-use std::collections::BTreeMap;
-
 /// A validated unit path, split into the directory whose kbuild file holds its lines and the
 /// object name relative to that directory.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -126,29 +124,11 @@ fn unbalanced(text: &str) -> (String, String) {
     (format!("unbalanced `$(` in `{text}`"), "close the variable reference with `)`".into())
 }
 
-/// Every concrete spelling of `text` with the declared values substituted, e.g.
-/// `head$(BITS).o` with `BITS = ["32", "64"]` → `head32.o`, `head64.o`.
-pub fn expand_variants(text: &str, vars: &BTreeMap<String, Vec<String>>) -> Vec<String> {
-    let mut out = vec![text.to_string()];
-    for (name, values) in vars {
-        let pattern = format!("$({name})");
-        out = out
-            .into_iter()
-            .flat_map(|t| {
-                if t.contains(&pattern) {
-                    values.iter().map(|v| t.replace(&pattern, v)).collect()
-                } else {
-                    vec![t]
-                }
-            })
-            .collect();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::makefile::expand_variants;
+    use std::collections::BTreeMap;
 
     #[test]
     fn objects_and_directories() {

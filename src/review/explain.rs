@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::effective::dir_file;
-use crate::generate::{kbuild_file, read_kbuild, Plan};
+use crate::generate::Plan;
 use crate::kbuild::configs::{self, State};
 use crate::kbuild::dotconfig::DotConfig;
 use crate::kbuild::{arch, DecidedBy, Rules};
 use crate::makefile::{self, KbuildFile};
+use crate::makefile::{kbuild_file, read_kbuild};
 use crate::mechanism::MechId;
 use crate::policy::{Policy, UnitPath};
 
@@ -128,7 +129,7 @@ pub fn explain_for(
         (Some(tree), Some(o)) => {
             let text = kbuild_path.as_deref().and_then(|p| read_kbuild(p).ok()).unwrap_or_default();
             let vars: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            !crate::check::has_source(&tree.join(&path.kbuild_dir), o, &vars, &text, rules.naming(MechId(0)))
+            !crate::kbuild::has_source(&tree.join(&path.kbuild_dir), o, &vars, &text, rules.naming(MechId(0)))
         }
         _ => false,
     };

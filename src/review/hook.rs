@@ -210,7 +210,7 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
         return Ok(outcome);
     }
     let base_text = fetch(format!("HEAD:{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
-    let base = crate::check::drift::Base::parse(base_text.as_deref());
+    let base = crate::snapshot::Base::parse(base_text.as_deref());
     staged_drift(&repo, &policy, rules, &dirs, &deleted, &base, &mut fetch, &mut outcome)?;
     Ok(outcome)
 }
@@ -286,7 +286,7 @@ fn staged_drift(
     rules: &Rules,
     dirs: &BTreeSet<String>,
     deleted: &BTreeSet<String>,
-    base: &crate::check::drift::Base,
+    base: &crate::snapshot::Base,
     fetch: &mut dyn FnMut(String) -> Result<Option<Vec<u8>>, String>,
     outcome: &mut Outcome,
 ) -> Result<(), String> {

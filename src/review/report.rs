@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use super::effective::{dir_files, ANY_OBJECT};
-use crate::import::PLACEHOLDER_REASON;
 use crate::kbuild::configs::{self, State};
 use crate::kbuild::Rules;
 use crate::makefile::KbuildFile;
 use crate::mechanism::MechId;
+use crate::policy::PLACEHOLDER_REASON;
 use crate::policy::{Policy, Setting};
 
 /// Reason categories, first match wins. A keyword matches case-insensitively at the start of a

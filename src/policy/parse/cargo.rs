@@ -79,7 +79,7 @@ fn parse_crate(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) 
     let spec = match CrateSpec::parse(&name_text) {
         Ok(s) => s,
         Err((message, hint)) => {
-            cx.error(Code::BadPath, name_span, message, hint);
+            cx.error(Code::BadCrateName, name_span, message, hint);
             return None;
         }
     };
@@ -131,7 +131,7 @@ fn profile_name(cx: &mut Ctx, text: &str, span: Option<Range<usize>>, custom: bo
         && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if !well_formed {
         cx.error(
-            Code::BadPath,
+            Code::BadProfileName,
             span,
             format!("`{text}` is not a Cargo profile name"),
             "use letters, digits, `-` and `_`, starting with a letter, e.g. `asan`",

@@ -1,0 +1,219 @@
+//! One direction of dependencies (issue 11, point 6): a module of the library refers only to
+//! modules of its own stage or of stages below it. The stage order is data ([`STAGES`]); every
+//! `crate::X` (and `super::…` climbing to the crate root) in the token stream of every file
+//! under `src/` is a reference, wherever it appears: `use` trees, paths in code, paths in macro
+//! arguments. Comments are not tokens; doc comments are string literals and do not count.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
+
+/// Bottom first. A module may use its own stage and any stage before it; modules of one stage
+/// share a row only when they do not use each other (the test enforces that too: a row's
+/// members are peers, and a reference between peers is a violation).
+const STAGES: &[&[&str]] = &[
+    &["input"],
+    &["mechanism"],
+    &["diagnostic"],
+    &["output"],
+    &["makefile"],
+    &["kbuild"],
+    &["policy"],
+    &["emit"],
+    &["generate", "snapshot"],
+    &["cargo", "check", "import", "derive"],
+    &["review"],
+    &["cli"],
+];
+
+/// The stage of a top-level module, and whether it has one.
+fn stage_of(module: &str) -> Option<usize> {
+    STAGES.iter().position(|row| row.contains(&module))
+}
+
+/// One reference from a file to a top-level module.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Reference {
+    file: String,
+    line: usize,
+    target: String,
+}
+
+/// The module path of a file below `src/`: `src/kbuild/rules.rs` is `[kbuild, rules]`,
+/// `src/policy/mod.rs` is `[policy]`, `src/lib.rs` is `[]`.
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let last = parts.pop().expect("a file name");
+    let stem = last.strip_suffix(".rs").expect("a .rs file");
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// The first identifiers after `::` at `tokens[i..]`: one for `X`, each item's first for
+/// `{X, Y::z}`.
+fn first_segments(tokens: &[TokenTree], i: usize) -> Vec<(String, usize)> {
+    match tokens.get(i) {
+        Some(TokenTree::Ident(id)) => vec![(id.to_string(), id.span().start().line)],
+        Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Brace => {
+            let inner: Vec<TokenTree> = g.stream().into_iter().collect();
+            let mut out = Vec::new();
+            let mut at_item_start = true;
+            for t in &inner {
+                match t {
+                    TokenTree::Punct(p) if p.as_char() == ',' => at_item_start = true,
+                    TokenTree::Ident(id) if at_item_start => {
+                        out.push((id.to_string(), id.span().start().line));
+                        at_item_start = false;
+                    }
+                    _ => at_item_start = false,
+                }
+            }
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `tokens[i..]` is `::` (two joint colons).
+fn is_path_sep(tokens: &[TokenTree], i: usize) -> bool {
+    matches!((tokens.get(i), tokens.get(i + 1)),
+        (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) if a.as_char() == ':' && b.as_char() == ':')
+}
+
+/// Every top-level module a token stream names through `crate::` or enough `super::` to
+/// reach the crate root from `depth` (the file's module depth).
+fn references(stream: TokenStream, depth: usize, out: &mut Vec<(String, usize)>) {
+    let tokens: Vec<TokenTree> = stream.into_iter().collect();
+    let mut i = 0;
+    while i < tokens.len() {
+        if let TokenTree::Group(g) = &tokens[i] {
+            references(g.stream(), depth, out);
+        }
+        let preceded_by_sep = i >= 2 && is_path_sep(&tokens, i - 2);
+        if let TokenTree::Ident(id) = &tokens[i] {
+            if !preceded_by_sep && id == "crate" && is_path_sep(&tokens, i + 1) {
+                out.extend(first_segments(&tokens, i + 3));
+            } else if !preceded_by_sep && id == "super" {
+                // Count the run of `super::`; a path that climbs out of every module names a
+                // top-level module next.
+                let mut j = i;
+                let mut ups = 0;
+                while matches!(&tokens.get(j), Some(TokenTree::Ident(s)) if s == "super") && is_path_sep(&tokens, j + 1)
+                {
+                    ups += 1;
+                    j += 3;
+                }
+                if ups >= depth && depth > 0 {
+                    out.extend(first_segments(&tokens, j));
+                }
+                // `pub(super)` is no path: step past it.
+                i = j.max(i + 1);
+                continue;
+            }
+        }
+        i += 1;
+    }
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every reference from a file under `root` to a top-level module other than its own.
+fn all_references(root: &Path) -> Vec<Reference> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    files.sort();
+    let mut refs = Vec::new();
+    for path in files {
+        let rel = path.strip_prefix(root).unwrap();
+        let module = module_path(rel);
+        let text = fs::read_to_string(&path).unwrap();
+        // syn checks the file is Rust; the token stream is what references are read from.
+        syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let stream = TokenStream::from_str(&text).unwrap();
+        let mut found = Vec::new();
+        references(stream, module.len(), &mut found);
+        for (target, line) in found {
+            if module.first() != Some(&target) {
+                refs.push(Reference { file: format!("src/{}", rel.display()), line, target });
+            }
+        }
+    }
+    proc_macro2::extra::invalidate_current_thread_spans();
+    refs
+}
+
+/// The references that go up (or sideways between peers), as `file:line: from -> to` lines.
+fn violations(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in all_references(root) {
+        let from = r.file.trim_start_matches("src/").split(['/', '.']).next().unwrap().to_string();
+        let (Some(a), Some(b)) = (stage_of(&from), stage_of(&r.target)) else { continue };
+        if b >= a && from != r.target {
+            out.push(format!("{}:{}: {from} (stage {a}) -> {} (stage {b})", r.file, r.line, r.target));
+        }
+    }
+    out
+}
+
+#[test]
+fn dependencies_point_down_the_stages() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = violations(&root);
+    assert!(found.is_empty(), "{} references go up the stages {STAGES:?}:\n{}", found.len(), found.join("\n"));
+}
+
+/// Every top-level module of the library has a stage, so a new module cannot escape the test.
+#[test]
+fn every_module_has_a_stage() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = fs::read_to_string(root.join("lib.rs")).unwrap();
+    let file = syn::parse_file(&lib).unwrap();
+    let modules: BTreeSet<String> = file
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Mod(m) => Some(m.ident.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(modules.len() > 5, "lib.rs declares too few modules to be the crate root: {modules:?}");
+    let missing: Vec<&String> = modules.iter().filter(|m| stage_of(m).is_none()).collect();
+    assert!(missing.is_empty(), "modules without a stage in STAGES: {missing:?}");
+}
+
+/// The scanner itself: what it must see and what it must not.
+#[test]
+fn scanner_reads_use_trees_paths_and_super() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    fs::create_dir_all(src.join("kbuild")).unwrap();
+    fs::write(src.join("lib.rs"), "pub mod kbuild;\npub mod emit;\n").unwrap();
+    fs::write(
+        src.join("kbuild/rules.rs"),
+        "//! crate::emit in a comment does not count\n\
+         use crate::{makefile::X, emit::{self, Y}};\n\
+         fn f() { let _ = format!(\"{}\", crate::generate::g()); }\n\
+         fn h() { super::super::policy::p(); super::resolve::r(); }\n\
+         /// doc: crate::cli\nfn k() {}\n",
+    )
+    .unwrap();
+    let refs: Vec<(String, usize)> = all_references(src).into_iter().map(|r| (r.target, r.line)).collect();
+    assert_eq!(refs, vec![("makefile".into(), 2), ("emit".into(), 2), ("generate".into(), 3), ("policy".into(), 4)]);
+    let v = violations(src);
+    assert_eq!(v.len(), 3, "{v:?}");
+    assert!(v[0].starts_with("src/kbuild/rules.rs:2: kbuild (stage 5) -> emit (stage 7)"), "{v:?}");
+}
