@@ -10,7 +10,7 @@ mod write;
 
 pub use adopt::adopt;
 pub use locate::in_tree;
-pub use scan::{scan, ImportedUnit, Scan, Taken};
+pub use scan::{central_units, scan, scan_edited, section_units, ImportedUnit, Scan, Taken};
 pub use write::policy_toml;
 
 /// Reason written for a unit whose directives have no comment in the tree; `check` counts these.
