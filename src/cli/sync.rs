@@ -127,7 +127,19 @@ fn central_units(
         return Ok(Vec::new());
     }
     let path = tree.join(CENTRAL_FILE);
-    let Ok(text) = crate::input::read_to_string(&path, crate::input::KBUILD_LIMIT) else { return Ok(Vec::new()) };
+    let text = match crate::input::read_to_string(&path, crate::input::KBUILD_LIMIT) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, format!("cannot read `{CENTRAL_FILE}`: {e}"))
+                .at(crate::diagnostic::Location::file(&path))
+                .hint(format!(
+                    "make it a readable regular file, or delete `{CENTRAL_FILE}` and run `sanpolicy gen-makefiles` to write it anew from the policy"
+                ))]));
+            eprintln!("error: nothing was written");
+            return Err(());
+        }
+    };
     import::central_units(tree, &text).ok_or_else(|| {
         ui.report(&Diagnostics(vec![Diagnostic::error(
             Code::BadMarker,
