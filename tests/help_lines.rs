@@ -94,3 +94,123 @@ fn an_unmanaged_cflags_remove_line_is_rewritten_or_acknowledged() {
         assert_eq!(ci.code, 0, "{way}: {}", ci.both());
     }
 }
+
+/// The other way the hand-removed line's help offers: `gen-makefiles --force` writes the line
+/// back, byte for byte, and everything is green.
+#[test]
+fn a_hand_removed_line_is_written_back_by_gen_makefiles_force() {
+    let t = tree(MAKEFILE);
+    assert_eq!(run_in(t.path(), &["import", "--adopt"]).code, 0);
+    fs::write(t.path().join("lib/Makefile"), "obj-y := a.o b.o\n").unwrap();
+    let check = run_in(t.path(), &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    let hints = help(&check);
+    assert!(hints.iter().any(|h| h.contains("`sanpolicy gen-makefiles --force` to write the line back")), "{hints:?}");
+    let write = run_in(t.path(), &["gen-makefiles", "--force"]);
+    assert_eq!(write.code, 0, "{}", write.both());
+    assert_eq!(fs::read_to_string(t.path().join("lib/Makefile")).unwrap(), MAKEFILE);
+    green(t.path());
+}
+
+/// A flag removal the policy does not manage, added by hand (it takes ftrace out among other
+/// flags): check names sync or deleting the line; each way, followed, leaves everything green.
+/// A removal with no instrumentation flag in it is no finding at all.
+#[test]
+fn a_hand_added_cflags_remove_line_is_synced_or_deleted() {
+    let odd = "CFLAGS_REMOVE_b.o += -pg -fno-stack-protector\n";
+    for way in ["sync", "delete"] {
+        let t = tree(&format!("{MAKEFILE}CFLAGS_REMOVE_a.o = -O2\n"));
+        assert_eq!(run_in(t.path(), &["import", "--adopt"]).code, 0);
+        green(t.path());
+        let makefile = t.path().join("lib/Makefile");
+        let before = fs::read_to_string(&makefile).unwrap();
+        fs::write(&makefile, format!("{before}{odd}")).unwrap();
+        let check = run_in(t.path(), &["check"]);
+        assert_eq!(check.code, 1, "{}", check.both());
+        assert!(check
+            .stderr
+            .contains("`CFLAGS_REMOVE_b.o += -pg -fno-stack-protector` is in the tree but not in the policy"));
+        let hints = help(&check);
+        assert!(
+            hints
+                .iter()
+                .any(|h| h.contains("run `sanpolicy sync` to take it into the policy")
+                    && h.ends_with("or delete the line")),
+            "{hints:?}"
+        );
+        if way == "sync" {
+            let sync = run_in(t.path(), &["sync"]);
+            assert_eq!(sync.code, 0, "{}", sync.both());
+            let policy = fs::read_to_string(t.path().join("sanitizer-policy.toml")).unwrap();
+            assert!(policy.contains("ftrace = \"-pg -fno-stack-protector\""), "the exact flags are kept:\n{policy}");
+        } else {
+            fs::write(&makefile, &before).unwrap();
+        }
+        green(t.path());
+    }
+}
+
+/// The pre-commit hook judges the index: its help for a hand-removed line and for a hand-added
+/// flag removal names the command and the `git add` that stages what it wrote; running them
+/// literally (the backticked commands, in order) makes the hook pass and the commit go in.
+#[test]
+fn the_hooks_help_followed_literally_lets_the_commit_through() {
+    let cases: [(&str, &str, &str); 3] = [
+        ("removed, sync", "obj-y := a.o b.o\n", "after `sanpolicy sync`"),
+        ("removed, write back", "obj-y := a.o b.o\n", "after `sanpolicy gen-makefiles`"),
+        ("added flag removal", "obj-y := a.o b.o\n\n# A reason.\nKASAN_SANITIZE_a.o := n\n\nCFLAGS_REMOVE_b.o += -pg -fno-stack-protector\n", "after `sanpolicy sync`"),
+    ];
+    for (what, makefile, step) in cases {
+        let t = tree(MAKEFILE);
+        let p = t.path();
+        assert_eq!(run_in(p, &["import", "--adopt"]).code, 0);
+        git(p, &["init", "-q"]);
+        git(p, &["add", "-A"]);
+        git(p, &["commit", "-q", "-m", "adopt"]);
+        fs::write(p.join("lib/Makefile"), makefile).unwrap();
+        git(p, &["add", "lib/Makefile"]);
+        let hook = run_in(p, &["pre-commit"]);
+        assert_eq!(hook.code, 1, "{what}: {}", hook.both());
+        let hints = help(&hook);
+        let hint =
+            hints.iter().find(|h| h.contains(step)).unwrap_or_else(|| panic!("{what}: no `{step}` in {hints:?}"));
+        // The step's two commands: the sanpolicy one the hint names first, then the `git add`.
+        let command = if step.contains("sync") {
+            "sanpolicy sync".to_string()
+        } else {
+            backticked(hint).into_iter().find(|c| c.starts_with("sanpolicy gen-makefiles")).unwrap()
+        };
+        let rest = &hint[hint.find(step).unwrap() + step.len()..];
+        let stage = backticked(rest).into_iter().next().unwrap_or_else(|| panic!("{what}: {hint}"));
+        assert!(stage.starts_with("git add "), "{what}: {hint}");
+        let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+        let run = run_in(p, &args);
+        assert_eq!(run.code, 0, "{what}: `{command}`: {}", run.both());
+        git(p, &stage.split_whitespace().skip(1).collect::<Vec<_>>());
+        let hook = run_in(p, &["pre-commit"]);
+        assert_eq!(hook.code, 0, "{what}: after `{command}` and `{stage}`: {}", hook.both());
+        green(p);
+    }
+}
+
+fn green(p: &Path) {
+    for args in [&["check"][..], &["gen-makefiles", "--check"][..], &["sync", "--check"][..]] {
+        let run = run_in(p, args);
+        assert_eq!(run.code, 0, "{args:?}: {}", run.both());
+    }
+}
+
+/// Every text between a pair of backticks, in order.
+fn backticked(s: &str) -> Vec<String> {
+    s.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("running git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}

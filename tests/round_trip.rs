@@ -1046,6 +1046,7 @@ fn driver(tree: &Path, plan: &DirPlan, combo: &Combo, mechs: &[MechExpr]) -> Str
     d.push_str("basetarget = $(basename $(notdir $@))\n");
     d.push_str("kbuild-file = $(or $(wildcard $(src)/Kbuild),$(src)/Makefile)\n");
     d.push_str("include $(kbuild-file)\n");
+    d.push_str(&after_kbuild_file(tree));
     for (i, m) in mechs.iter().enumerate() {
         let _ = writeln!(d, "sanpolicy-m{i} = {}", m.make);
     }
@@ -1058,6 +1059,25 @@ fn driver(tree: &Path, plan: &DirPlan, combo: &Combo, mechs: &[MechExpr]) -> Str
     }
     d.push_str("$(info SANPOLICY-END)\n$(error sanpolicy-eval-done)\n");
     d
+}
+
+/// The lines the tree's own `scripts/Makefile.build` reads right after a directory's kbuild file,
+/// up to its `Makefile.lib` include: nothing in a pristine tree, the central file's include line
+/// (and its comment) in the central layout. The driver includes them as a real build does, so
+/// the central file is judged by make exactly where Kbuild reads it. Empty without the file (the
+/// driver's own two-directory tree).
+fn after_kbuild_file(tree: &Path) -> String {
+    let Ok(text) = fs::read_to_string(tree.join("scripts/Makefile.build")) else { return String::new() };
+    let lines: Vec<&str> = text.lines().collect();
+    let kbuild = ["include $(kbuild-file)", "include $(or $(wildcard $(kbuild-dir)/Kbuild),$(kbuild-dir)/Makefile)"];
+    let Some(at) = lines.iter().position(|l| kbuild.contains(&l.trim_end())) else {
+        panic!("{}/scripts/Makefile.build does not include the directory's kbuild file", tree.display())
+    };
+    lines[at + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with("include $(srctree)/scripts/Makefile.lib"))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// Per (`is-kernel-object` tag, object index): one `0`/`1` per mechanism.
@@ -1716,6 +1736,157 @@ fn linux_6_12_policy_edits() {
             problems.push(format!("{what}: undoing the edit did not restore {kbuild} byte for byte"));
         }
     }
+    finish(label, scratch, &problems);
+}
+
+/// The central layout on a real 6.12 copy, end to end through the binary and judged by GNU make:
+/// `import --adopt --layout central` rewrites no kbuild file (only `scripts/Makefile.build` gains
+/// the include line, and `scripts/Makefile.sanpolicy` is new), `gen-makefiles --check` passes,
+/// and make (reading what the copy's own `Makefile.build` reads after each kbuild file, so the
+/// central file too) gives every answer of the original in every directory with a directive.
+/// Then one policy edit (KASAN off for `kernel/locking/lockdep.o`) changes only the central
+/// file, by that one line, and make sees exactly that change, nothing else anywhere.
+#[test]
+fn linux_6_12_central_layout() {
+    let label = "6.12 central";
+    let lease = Lease::extracted("6.12");
+    let original = lease.tree();
+    let scratch = scratch_dir("6.12-central");
+    let copy = scratch.path().join("tree");
+    let mut problems = Vec::new();
+    let Baseline { rules, scan, adopted, hashes } = baseline(label, original);
+    assert!(copy_tree(original, &copy), "{label}: the proof needs a hard-linked copy (it reads inodes)");
+    let (code, err) = run(&copy, &["import", "--adopt", "--layout", "central"]);
+    assert_eq!(code, Some(0), "{label}: import --adopt --layout central:\n{err}");
+    say(&format!("round-trip {label}: {}", err.lines().find(|l| l.contains("kbuild files read")).unwrap_or("")));
+    let central = copy.join("scripts/Makefile.sanpolicy");
+    let build = PathBuf::from("scripts/Makefile.build");
+    let not_policy = |p: &PathBuf| !p.to_string_lossy().starts_with("sanitizer-policy");
+    let rewritten: BTreeSet<PathBuf> = files_rewritten(original, &copy).into_iter().filter(not_policy).collect();
+    if rewritten != BTreeSet::from([build.clone()]) || !central.is_file() {
+        problems.push(format!(
+            "adoption should rewrite only {} and add the central file: rewrote {rewritten:?}, central file there: {}",
+            build.display(),
+            central.is_file()
+        ));
+    }
+    // The driver must read the central file in the copy and nothing extra in the original.
+    let (tail_before, tail_after) = (after_kbuild_file(original), after_kbuild_file(&copy));
+    assert!(tail_before.trim().is_empty(), "{label}: the pristine Makefile.build reads {tail_before:?}");
+    assert!(
+        tail_after.contains("include $(srctree)/scripts/Makefile.sanpolicy"),
+        "{label}: the adopted Makefile.build does not include the central file after the kbuild file: {tail_after:?}"
+    );
+    let (code, err) = run(&copy, &["gen-makefiles", "--check"]);
+    if code != Some(0) {
+        problems.push(format!("gen-makefiles --check after adopting: exit {code:?}:\n{err}"));
+    }
+
+    let start = Instant::now();
+    let dirs = directories_to_evaluate(label, original, &adopted, &mut problems);
+    let eval = Evaluator::new(original, &copy, &dirs, &scan, &rules);
+    let all: Vec<usize> = (0..eval.plans.len()).collect();
+    let cmp = eval.compare(&all);
+    say(&format!(
+        "round-trip {label}: adopted: make evaluated {} directories in {} runs in {:.1?}: {} (object, mechanism, config) decisions compared, {} exempt named, mismatches: {}, failed: {}",
+        eval.plans.len(),
+        cmp.runs,
+        start.elapsed(),
+        cmp.evaluations,
+        cmp.exempt_named,
+        cmp.mismatches.len(),
+        cmp.failed.len()
+    ));
+    for m in cmp.mismatches.iter().take(20) {
+        say(&format!("round-trip {label}: MISMATCH {m}"));
+    }
+    if !cmp.mismatches.is_empty() || !cmp.failed.is_empty() || cmp.evaluations == 0 || cmp.exempt_named == 0 {
+        problems.push(format!(
+            "adopted: make should agree everywhere: {} mismatches (first {:?}), failed {:?}, {} evaluations, {} exempt",
+            cmp.mismatches.len(),
+            cmp.mismatches.first().map(ToString::to_string),
+            cmp.failed,
+            cmp.evaluations,
+            cmp.exempt_named
+        ));
+    }
+    known_answer(label, &eval, &cmp, &mut problems);
+
+    // One policy edit: KASAN off for lockdep. Only the central file changes, by one line.
+    let policy = copy.join(POLICY);
+    let text = fs::read_to_string(&policy).unwrap();
+    let (from, to) = (
+        "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\"]",
+        "path = \"kernel/locking/lockdep.o\"\nskip = [\"kcsan\", \"kasan\"]",
+    );
+    assert!(text.contains(from), "{label}: the imported policy has no `{from}`");
+    write_atomic(&policy, &text.replacen(from, to, 1));
+    let central_before = fs::read_to_string(&central).unwrap();
+    let inode = |p: &Path| fs::metadata(p).map(|m| m.ino()).ok();
+    let build_inode = inode(&copy.join(&build));
+    let (code, err) = run(&copy, &["gen-makefiles"]);
+    assert_eq!(code, Some(0), "{label}: gen-makefiles after the edit:\n{err}");
+    let rewritten: BTreeSet<PathBuf> = files_rewritten(original, &copy).into_iter().filter(not_policy).collect();
+    if rewritten != BTreeSet::from([build.clone()]) || inode(&copy.join(&build)) != build_inode {
+        problems.push(format!(
+            "the edit rewrote {rewritten:?} (or {} again), expected only the central file",
+            build.display()
+        ));
+    }
+    let central_after = fs::read_to_string(&central).unwrap();
+    let (mut removed, mut added) = (Vec::new(), Vec::new());
+    for change in similar::TextDiff::from_lines(&central_before, &central_after).iter_all_changes() {
+        let line = change.value().trim_end().to_string();
+        if line.starts_with(END_MARKER) {
+            continue; // the checksum follows the body
+        }
+        match change.tag() {
+            similar::ChangeTag::Delete => removed.push(line),
+            similar::ChangeTag::Insert => added.push(line),
+            similar::ChangeTag::Equal => {}
+        }
+    }
+    say(&format!("round-trip {label}: edit: scripts/Makefile.sanpolicy: -{removed:?} +{added:?}"));
+    if !removed.is_empty() || added != ["KASAN_SANITIZE_lockdep.o := n"] {
+        problems.push(format!("the edit changed the central file by -{removed:?} +{added:?}"));
+    }
+    let section =
+        central_after.split("ifeq ($(obj),kernel/locking)\n").nth(1).and_then(|s| s.split("\nendif\n").next());
+    if !section.is_some_and(|s| s.contains("KASAN_SANITIZE_lockdep.o := n")) {
+        problems.push("the KASAN line is not in kernel/locking's section of the central file".into());
+    }
+    let start = Instant::now();
+    let cmp = eval.compare(&all);
+    let kasan = MechId::by_name("kasan").unwrap();
+    let wrong: Vec<String> = cmp
+        .mismatches
+        .iter()
+        .filter(|m| !(m.dir == "kernel/locking" && m.object == "lockdep.o" && m.answers == Some((kasan, '1', '0'))))
+        .map(ToString::to_string)
+        .collect();
+    say(&format!(
+        "round-trip {label}: edited: make evaluated {} directories in {:.1?}: {} decisions compared, {} differences ({} unexpected)",
+        eval.plans.len(),
+        start.elapsed(),
+        cmp.evaluations,
+        cmp.mismatches.len(),
+        wrong.len()
+    ));
+    if cmp.mismatches.is_empty() || !wrong.is_empty() || !cmp.failed.is_empty() {
+        problems.push(format!(
+            "edited: make should see only kernel/locking/lockdep.o kasan 1 -> 0: {} differences, unexpected {:?}, failed {:?}",
+            cmp.mismatches.len(),
+            wrong.iter().take(5).collect::<Vec<_>>(),
+            cmp.failed
+        ));
+    }
+    for args in [&["gen-makefiles", "--check"][..], &["sync", "--check"][..]] {
+        let (code, err) = run(&copy, args);
+        if code != Some(0) {
+            problems.push(format!("{args:?} after the edit: exit {code:?}:\n{err}"));
+        }
+    }
+    check_original(original, &hashes, &mut problems);
     finish(label, scratch, &problems);
 }
 

@@ -127,8 +127,9 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     EXIT_OK
 }
 
-/// What adopting the imported policy changes in the tree: nothing in the in-place layout (proven
-/// by planning it: a change there is a sanpolicy bug, refused); blocks in the block layout.
+/// What adopting the imported policy changes in the tree: no kbuild file in the in-place and
+/// central layouts (proven by planning it: a change there is a sanpolicy bug, refused; central
+/// writes only its own file and the include line); blocks in the block layout.
 fn adoption(
     policy: &policy::Policy,
     scan: &import::Scan,
@@ -140,7 +141,12 @@ fn adoption(
         policy::Layout::InPlace | policy::Layout::Central => {
             let plan = crate::generate::plan_tree(policy, tree, rules, false, true);
             let mut diags = plan.diags.clone();
-            for c in plan.changes.iter().filter(|c| !c.is_noop()) {
+            // The central layout writes its own file and the include line, never a kbuild file.
+            let own = |c: &output::Change| {
+                policy.layout == policy::Layout::Central
+                    && [crate::emit::central::CENTRAL_FILE, "scripts/Makefile.build"].contains(&c.display.as_str())
+            };
+            for c in plan.changes.iter().filter(|c| !c.is_noop() && !own(c)) {
                 diags.push(
                     Diagnostic::error(Code::Io, format!("adopting would change `{}` (a sanpolicy bug)", c.display))
                         .hint("report it with the file; import without `--adopt` meanwhile"),

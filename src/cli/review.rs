@@ -95,7 +95,10 @@ pub struct ReportArgs {
 
 pub fn report_run(args: &ReportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Ok(inputs) = inputs(&args.common, defaults, true, ui) else { return EXIT_BAD_INPUT };
-    let r = report::build(&inputs.policy, &inputs.rules, &display(&inputs.policy_path));
+    let mut r = report::build(&inputs.policy, &inputs.rules, &display(&inputs.policy_path));
+    if let Some(tree) = inputs.tree.as_deref() {
+        r = r.with_tree(&inputs.policy, &inputs.rules, tree);
+    }
     match args.format {
         Format::Json => {
             outln!("{}", serde_json::to_string_pretty(&report::to_json(&r, &inputs.policy)).unwrap_or_default())

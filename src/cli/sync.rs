@@ -46,8 +46,16 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     let now =
         Base::parse(Some(&effective::render(&effective::compute(&inputs.policy, &inputs.rules), &inputs.policy_path)));
-    let scan = import::scan(&tree, &inputs.rules);
-    let synced = match import::sync::sync(&inputs.policy, &main, &scan, &base, &now, &defaults.program) {
+    // A hand-edited block is what sync takes back, so it is read; a file it cannot read at all
+    // (broken markers) would lose its units: refused.
+    let scan = import::scan_edited(&tree, &inputs.rules);
+    if scan.diags.has_errors() {
+        ui.report(&Diagnostics(scan.diags.iter().filter(|d| d.is_error()).cloned().collect()).sorted());
+        eprintln!("error: the tree has kbuild files sync cannot read; nothing was written");
+        return EXIT_BAD_INPUT;
+    }
+    let Ok(central) = central_units(&inputs.policy, &tree, ui) else { return EXIT_BAD_INPUT };
+    let synced = match import::sync::sync(&inputs.policy, &main, &scan, &central, &base, &now, &defaults.program) {
         Ok(s) => s,
         Err(diags) => {
             ui.report(&diags.sorted());
@@ -105,4 +113,42 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         );
     }
     EXIT_OK
+}
+
+/// In the central layout, the units the tree's central file holds (none when it is not there
+/// yet: nothing was generated); an error when its sections cannot be read.
+fn central_units(
+    policy: &policy::Policy,
+    tree: &std::path::Path,
+    ui: &mut Ui,
+) -> Result<Vec<import::ImportedUnit>, ()> {
+    use crate::emit::central::CENTRAL_FILE;
+    if policy.layout != policy::Layout::Central {
+        return Ok(Vec::new());
+    }
+    let path = tree.join(CENTRAL_FILE);
+    let text = match crate::input::read_to_string(&path, crate::input::KBUILD_LIMIT) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, format!("cannot read `{CENTRAL_FILE}`: {e}"))
+                .at(crate::diagnostic::Location::file(&path))
+                .hint(format!(
+                    "make it a readable regular file, or delete `{CENTRAL_FILE}` and run `sanpolicy gen-makefiles` to write it anew from the policy"
+                ))]));
+            eprintln!("error: nothing was written");
+            return Err(());
+        }
+    };
+    import::central_units(tree, &text).ok_or_else(|| {
+        ui.report(&Diagnostics(vec![Diagnostic::error(
+            Code::BadMarker,
+            format!("`{CENTRAL_FILE}` is not a generated block of `ifeq ($(obj),DIR)` sections"),
+        )
+        .at(crate::diagnostic::Location::file(&path))
+        .hint(format!(
+            "restore its markers and sections by hand, or delete `{CENTRAL_FILE}` and run `sanpolicy gen-makefiles` to write it anew from the policy"
+        ))]));
+        eprintln!("error: nothing was written");
+    })
 }

@@ -72,11 +72,22 @@ fn needles() -> Vec<&'static str> {
 
 /// Walk `tree` once and import every directive.
 pub fn scan(tree: &Path, rules: &Rules) -> Scan {
+    scan_with(tree, rules, false)
+}
+
+/// [`scan`] for `sync`, which takes a hand-edited generated block back into the policy: such a
+/// block's lines are read as they stand instead of refusing the file (broken markers are still
+/// refused).
+pub fn scan_edited(tree: &Path, rules: &Rules) -> Scan {
+    scan_with(tree, rules, true)
+}
+
+fn scan_with(tree: &Path, rules: &Rules, edited: bool) -> Scan {
     let needles = needles();
     let mut out = Scan::default();
     let mut units: Vec<ImportedUnit> = Vec::new();
     // The units of each (directory, object, conditions), one per reason.
-    let mut index: HashMap<(String, Option<String>, Vec<String>), Vec<usize>> = HashMap::new();
+    let mut index = UnitIndex::new();
     let walk = makefile::walk_kbuild_files(tree, &needles);
     let (files, read) = (walk.files, walk.read);
     out.files_read = read;
@@ -92,7 +103,9 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
         let parsed = makefile::parse(&text);
         let dir = rel(tree, path.parent().unwrap_or(tree));
         if parsed.directives().next().is_some() {
-            if let Some(d) = unreadable_block(&path, &text, &parsed) {
+            if let Some(d) =
+                unreadable_block(&path, &text, &parsed).filter(|d| !edited || d.code != Code::HandEditedBlock)
+            {
                 out.diags.push(d);
                 continue;
             }
@@ -119,49 +132,9 @@ pub fn scan(tree: &Path, rules: &Rules) -> Scan {
                 );
                 continue;
             }
-            let DirectiveValue::Plain(setting) = d.value else { continue };
-            let when = a.when();
-            let reason = a.comment.as_deref().and_then(reason_text);
-            let key = (dir.clone(), d.object.clone(), when.clone());
-            let group = index.entry(key).or_default();
-            let slot = match unit_for(&units, group, d.mech, reason.as_deref()) {
-                Some(slot) => slot,
-                None => {
-                    units.push(ImportedUnit {
-                        dir: dir.clone(),
-                        object: d.object.clone(),
-                        when,
-                        settings: BTreeMap::new(),
-                        reasons: Vec::new(),
-                        vars: BTreeMap::new(),
-                        flags: BTreeMap::new(),
-                    });
-                    group.push(units.len() - 1);
-                    units.len() - 1
-                }
-            };
-            let unit = &mut units[slot];
-            unit.settings.insert(d.mech, setting);
-            if let Form::FlagRemoval { flags, .. } = d.mech.get().form {
-                let value = a.value.split_whitespace().collect::<Vec<_>>().join(" ");
-                if value == flags {
-                    unit.flags.remove(&d.mech);
-                } else {
-                    unit.flags.insert(d.mech, value);
-                }
+            if take(tree, &dir, &parsed, i, &parsed, &mut units, &mut index) {
+                taken.push(i);
             }
-            if let Some(c) = reason {
-                if !unit.reasons.contains(&c) {
-                    unit.reasons.push(c);
-                }
-            }
-            if let Some(o) = &d.object {
-                for var in crate::policy::make_variables(o) {
-                    let values = variable_values(tree, &dir, &parsed, &var);
-                    unit.vars.insert(var, values);
-                }
-            }
-            taken.push(i);
         }
         if !taken.is_empty() {
             out.taken.push(Taken { path, dir, text, parsed, assignments: taken });
@@ -189,6 +162,100 @@ fn unit_for(units: &[ImportedUnit], group: &[usize], mech: MechId, reason: Optio
         })
     };
     setting.or_else(same_reason).copied()
+}
+
+/// The units of `dir` in one section of the central layout's file (the text between its
+/// `ifeq ($(obj),dir)` and `endif`), read as [`scan`] reads a directory's lines; lines the
+/// policy cannot hold (not a plain skip/force) are left out. Make variables in object names
+/// take their values from the directory's own kbuild file (`dir_text`), where they are set.
+pub fn section_units(tree: &Path, dir: &str, section: &str, dir_text: &str) -> Vec<ImportedUnit> {
+    let parsed = makefile::parse(section);
+    let own = makefile::parse(dir_text);
+    let (mut units, mut index) = (Vec::new(), HashMap::new());
+    for (i, d) in parsed.directives() {
+        if crate::makefile::unmodelled(&parsed.assignments[i], d).is_none() {
+            take(tree, dir, &parsed, i, &own, &mut units, &mut index);
+        }
+    }
+    units
+}
+
+/// Every section of the central layout's file (`central_text`, as read from the tree), as
+/// units of its directory ([`section_units`]); `None` when the file has no generated block or
+/// its body is not a sequence of `ifeq ($(obj),dir)` sections.
+pub fn central_units(tree: &Path, central_text: &str) -> Option<Vec<ImportedUnit>> {
+    let sections = crate::emit::central::sections(central_text)?;
+    let mut out = Vec::new();
+    for (dir, section) in &sections {
+        let own = kbuild_file(&tree.join(dir))
+            .and_then(|p| crate::input::read(&p, crate::input::KBUILD_LIMIT).ok().map(|b| (p, b)))
+            .and_then(|(p, b)| decode_kbuild(&p, b).ok())
+            .unwrap_or_default();
+        out.extend(section_units(tree, dir, section, &own));
+    }
+    Some(out)
+}
+
+/// The units of each (directory, object, conditions), one per reason: indices into the units.
+type UnitIndex = HashMap<(String, Option<String>, Vec<String>), Vec<usize>>;
+
+/// Add directive `i` of `parsed` (in `dir`) to the unit for its object and conditions, its
+/// comment as a reason; false when it is not a plain skip/force.
+fn take(
+    tree: &Path,
+    dir: &str,
+    parsed: &KbuildFile,
+    i: usize,
+    vars_from: &KbuildFile,
+    units: &mut Vec<ImportedUnit>,
+    index: &mut UnitIndex,
+) -> bool {
+    let a = &parsed.assignments[i];
+    let Some(d) = makefile::classify(a) else { return false };
+    let dir = dir.to_string();
+    let DirectiveValue::Plain(setting) = d.value else { return false };
+    let when = a.when();
+    let reason = a.comment.as_deref().and_then(reason_text);
+    let key = (dir.clone(), d.object.clone(), when.clone());
+    let group = index.entry(key).or_default();
+    let slot = match unit_for(units, group, d.mech, reason.as_deref()) {
+        Some(slot) => slot,
+        None => {
+            units.push(ImportedUnit {
+                dir: dir.clone(),
+                object: d.object.clone(),
+                when,
+                settings: BTreeMap::new(),
+                reasons: Vec::new(),
+                vars: BTreeMap::new(),
+                flags: BTreeMap::new(),
+            });
+            group.push(units.len() - 1);
+            units.len() - 1
+        }
+    };
+    let unit = &mut units[slot];
+    unit.settings.insert(d.mech, setting);
+    if let Form::FlagRemoval { flags, .. } = d.mech.get().form {
+        let value = a.value.split_whitespace().collect::<Vec<_>>().join(" ");
+        if value == flags {
+            unit.flags.remove(&d.mech);
+        } else {
+            unit.flags.insert(d.mech, value);
+        }
+    }
+    if let Some(c) = reason {
+        if !unit.reasons.contains(&c) {
+            unit.reasons.push(c);
+        }
+    }
+    if let Some(o) = &d.object {
+        for var in crate::policy::make_variables(o) {
+            let values = variable_values(tree, &dir, vars_from, &var);
+            unit.vars.insert(var, values);
+        }
+    }
+    true
 }
 
 /// A comment paragraph as a reason, in the form a generated block writes it back (each line

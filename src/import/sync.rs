@@ -60,10 +60,12 @@ fn said_of(id: MechId, setting: Setting, flags: Option<&String>) -> Said {
     Said { setting, flags: flags.filter(|f| Some(f.as_str()) != own).cloned() }
 }
 
-/// The tree's side: every modelled line, by key, with the imported unit it belongs to.
-fn tree_side(scan: &Scan) -> BTreeMap<Key, (Said, usize)> {
+/// The tree's side: every modelled line, by key, with the imported unit it belongs to. Later
+/// units win over earlier ones for the same key, as the central file's lines (read after the
+/// directory's own, see [`sync`]) win in Kbuild.
+fn tree_side(units: &[ImportedUnit]) -> BTreeMap<Key, (Said, usize)> {
     let mut out = BTreeMap::new();
-    for (i, u) in scan.units.iter().enumerate() {
+    for (i, u) in units.iter().enumerate() {
         for (id, setting) in &u.settings {
             let key = (u.dir.clone(), u.object.clone(), canonical_when(&u.when), *id);
             out.insert(key, (said_of(*id, *setting, u.flags.get(id)), i));
@@ -92,17 +94,25 @@ fn in_base(base: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>) -> bool
 
 /// Plan the policy edit. `text` is the main policy file's text; units in included files are
 /// never edited (an update they need is refused, naming them).
+/// `central` holds the units of the central layout's file as it stands in the tree
+/// ([`super::central_units`]; empty in the other layouts): Kbuild reads a directory's section
+/// after the directory's own lines, so for the same variable the section's line is what the
+/// tree says (a hand edit there is taken back like one in a block), and a directory's line the
+/// section does not set (a merge brought it) is taken as in the in-place layout.
 /// `base` is the last generated state, `now` the policy's state as it stands (its snapshot
 /// computed afresh): a value both sides changed cannot be taken from the tree.
 pub fn sync(
     policy: &Policy,
     text: &str,
     scan: &Scan,
+    central: &[ImportedUnit],
     base: &Base,
     now: &Base,
     program: &str,
 ) -> Result<Synced, Diagnostics> {
-    let tree = tree_side(scan);
+    let units: Vec<ImportedUnit> = scan.units.iter().chain(central).cloned().collect();
+    let units = units.as_slice();
+    let tree = tree_side(units);
     let ours = policy_side(policy);
     let main = policy.files.first().map(|(p, _)| p.clone()).unwrap_or_default();
     let mut ahead = Diagnostics::default();
@@ -120,9 +130,7 @@ pub fn sync(
     };
     for (key, (said, t)) in &tree {
         match ours.get(key) {
-            None if !in_base(base, key, &scan.units[*t].vars) || !base.known => {
-                add.push((key.clone(), said.clone(), *t))
-            }
+            None if !in_base(base, key, &units[*t].vars) || !base.known => add.push((key.clone(), said.clone(), *t)),
             None => refuse(
                 None,
                 format!(
@@ -175,13 +183,13 @@ pub fn sync(
     if ahead.has_errors() {
         return Err(ahead);
     }
-    edit(policy, text, scan, &add, &drop, &change)
+    edit(policy, text, units, &add, &drop, &change)
 }
 
 fn edit(
     policy: &Policy,
     text: &str,
-    scan: &Scan,
+    units: &[ImportedUnit],
     add: &[(Key, Said, usize)],
     drop: &[(Key, usize)],
     change: &[(Key, Said, usize)],
@@ -216,15 +224,17 @@ fn edit(
             *t = None;
         }
     }
-    // New lines: into the unit for the same object and conditions, else a new unit placed after
-    // the last unit of the same directory (so the policy stays grouped as the tree is).
+    // New lines: into the unit for the same object, conditions and reason, else a new unit
+    // placed after the last unit of the same directory (so the policy stays grouped as the tree
+    // is). A line with another comment (or none) does not join: its unit's reason would be
+    // shown for a mechanism it does not explain.
     let mut appended: Vec<(usize, Table)> = Vec::new();
     let mut fresh: BTreeMap<usize, usize> = BTreeMap::new();
     for (key, said, t) in add {
-        let same = policy
-            .units
-            .iter()
-            .position(|u| u.path.kbuild_dir == key.0 && u.path.object == key.1 && canonical_when(&u.when) == key.2);
+        let why = units[*t].why();
+        let same = policy.units.iter().position(|u| {
+            u.path.kbuild_dir == key.0 && u.path.object == key.1 && canonical_when(&u.when) == key.2 && u.why == why
+        });
         out.added.push(format!("{} {}", unit_path(&key.0, key.1.as_deref()), key.3));
         if let Some(Some(table)) = same.and_then(|u| tables.get_mut(u)) {
             set_mechanism(table, key.3, Some(said));
@@ -236,7 +246,7 @@ fn edit(
         }
         let after = policy.units.iter().rposition(|u| u.path.kbuild_dir == key.0).unwrap_or(usize::MAX);
         fresh.insert(*t, appended.len());
-        appended.push((after, new_unit(&scan.units[*t])));
+        appended.push((after, new_unit(&units[*t])));
     }
     let mut aot = ArrayOfTables::new();
     let mut pending = appended;

@@ -37,6 +37,18 @@ pub struct MechanismExplanation {
     pub mech: MechId,
     pub state: State,
     pub source: Source,
+    /// Indices into [`Explanation::opaque`]: constructs through which make may change this
+    /// mechanism's decision, so the state is not certain.
+    pub uncertain: Vec<usize>,
+}
+
+/// A construct in the directory's kbuild file that sanpolicy does not read
+/// (`makefile::constructs`, check's `opaque-construct`): make may change these mechanisms there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpaqueAt {
+    pub line: usize,
+    pub construct: String,
+    pub mechanisms: Vec<MechId>,
 }
 
 #[derive(Debug, Clone)]
@@ -54,6 +66,11 @@ pub struct Explanation {
     pub kernel_object: Option<bool>,
     /// Variables expanded in per-object names (`BITS=64`).
     pub preset: Vec<(String, String)>,
+    /// Indices into the policy's `[[acknowledge]]` entries about this object or its directory
+    /// (for a directory, also about the objects in it): findings kept on purpose.
+    pub acknowledged: Vec<usize>,
+    /// The opaque constructs of the directory's kbuild file that may change a mechanism.
+    pub opaque: Vec<OpaqueAt>,
 }
 
 /// Explain `object` (a path like `kernel/locking/lockdep.o`) over all configurations.
@@ -99,11 +116,17 @@ pub fn explain_for(
             (*id, state)
         })
         .collect();
+    let opaque = opaque_in(&file, rules);
     let mechanisms = states
         .iter()
         .map(|(&id, state)| {
             let Some(state) = state.clone() else {
-                return MechanismExplanation { mech: id, state: State::On, source: Source::NotRead };
+                return MechanismExplanation {
+                    mech: id,
+                    state: State::On,
+                    source: Source::NotRead,
+                    uncertain: Vec::new(),
+                };
             };
             // The line that decides: for a conditional state, the one that exempts (or forces).
             let rows = outcomes[&id].as_ref().and_then(|o| o.as_ref().ok());
@@ -112,7 +135,9 @@ pub fn explain_for(
                 minority.or(rows.first()).map(|r| r.eval.decided_by.clone())
             });
             let source = source(policy, rules, &file, &path, id, deciding, &preset, &state);
-            MechanismExplanation { mech: id, state, source }
+            let uncertain =
+                opaque.iter().enumerate().filter(|(_, o)| o.mechanisms.contains(&id)).map(|(i, _)| i).collect();
+            MechanismExplanation { mech: id, state, source, uncertain }
         })
         .collect();
     let requirements = policy
@@ -142,9 +167,49 @@ pub fn explain_for(
         no_source,
         kernel_object,
         preset,
+        acknowledged: acknowledged_for(policy, &path),
+        opaque,
     })
 }
 
+/// The constructs of `file` through which make may change a mechanism's decision: its own
+/// variables, or one its decision reads (as `check` judges them for `opaque-construct`).
+pub(super) fn opaque_in(file: &KbuildFile, rules: &Rules) -> Vec<OpaqueAt> {
+    file.opaque
+        .iter()
+        .map(|o| OpaqueAt {
+            line: o.line,
+            construct: o.construct.clone(),
+            mechanisms: MechId::all()
+                .filter(|id| o.may_touch(*id) || rules.reads(*id).iter().any(|r| o.may_touch(*r)))
+                .collect(),
+        })
+        .filter(|o| !o.mechanisms.is_empty())
+        .collect()
+}
+
+/// The `[[acknowledge]]` entries about `path`: the object itself or its directory; for a
+/// directory, also every path under it.
+fn acknowledged_for(policy: &Policy, path: &UnitPath) -> Vec<usize> {
+    let dir = format!("{}/", path.kbuild_dir);
+    policy
+        .acknowledged
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| {
+            let a = a.path.trim_start_matches("./");
+            a == path.text || a == dir || (path.is_directory() && a.starts_with(&dir))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// One acknowledgement as shown: `[code] path (mechanism), acknowledged at FILE:LINE: why`.
+fn acknowledged_text(policy: &Policy, i: usize) -> String {
+    let a = &policy.acknowledged[i];
+    let mech = a.mechanism.map(|m| format!(" {m}")).unwrap_or_default();
+    format!("acknowledged [{}] `{}`{mech} ({}): {}", a.code, a.path, a.location, a.why.lines().next().unwrap_or(""))
+}
 fn file_for(
     policy: &Policy,
     rules: &Rules,
@@ -230,6 +295,12 @@ pub fn render_text(e: &Explanation, policy: &Policy) -> String {
     for note in notes(e) {
         out.push_str(&format!("  note: {note}\n"));
     }
+    for o in &e.opaque {
+        out.push_str(&format!("  note: {}\n", opaque_text(e, o)));
+    }
+    for i in &e.acknowledged {
+        out.push_str(&format!("  {}\n", acknowledged_text(policy, *i)));
+    }
     for m in &e.mechanisms {
         let d = describe(&m.source, policy, e);
         out.push_str(&format!("  {:<18} {:<4} {}\n", m.mech.get().name, short(&m.state), d.what));
@@ -238,6 +309,9 @@ pub fn render_text(e: &Explanation, policy: &Policy) -> String {
         }
         for line in d.why.iter().chain(&d.line) {
             out.push_str(&format!("  {:<18}      {line}\n", ""));
+        }
+        for o in m.uncertain.iter().map(|i| &e.opaque[*i]) {
+            out.push_str(&format!("  {:<18}      not certain: {}:{} has {}\n", "", file, o.line, o.construct));
         }
     }
     for (i, holds) in &e.requirements {
@@ -252,6 +326,18 @@ pub fn render_text(e: &Explanation, policy: &Policy) -> String {
         ));
     }
     out
+}
+
+/// An opaque construct as a note on the whole answer.
+fn opaque_text(e: &Explanation, o: &OpaqueAt) -> String {
+    let file = e.kbuild_file.as_deref().map_or_else(|| format!("{}/", e.kbuild_dir), shown);
+    let mechs: Vec<&str> = o.mechanisms.iter().map(|m| m.get().name).collect();
+    format!(
+        "not certain: {file}:{} has {}, through which make may change {} in ways sanpolicy does not read (opaque-construct): the states below assume it does not",
+        o.line,
+        o.construct,
+        mechs.join(", ")
+    )
 }
 
 /// What qualifies the whole answer: no source, the build it is for, the names expanded.
@@ -346,6 +432,7 @@ pub fn to_json(e: &Explanation, policy: &Policy) -> Value {
                 "decided_by": d.what,
                 "reason": d.why,
                 "generated_line": d.line,
+                "certain": m.uncertain.is_empty(),
             })
         })
         .collect();
@@ -363,9 +450,36 @@ pub fn to_json(e: &Explanation, policy: &Policy) -> Value {
             })
         })
         .collect();
+    let acknowledged: Vec<Value> = e
+        .acknowledged
+        .iter()
+        .map(|i| {
+            let a = &policy.acknowledged[*i];
+            json!({
+                "code": a.code,
+                "path": a.path,
+                "mechanism": a.mechanism.map(|m| m.get().name),
+                "at": a.location.to_string(),
+                "why": a.why,
+            })
+        })
+        .collect();
+    let opaque: Vec<Value> = e
+        .opaque
+        .iter()
+        .map(|o| {
+            json!({
+                "line": o.line,
+                "construct": o.construct,
+                "mechanisms": o.mechanisms.iter().map(|m| m.get().name).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
     json!({
         "object": e.object,
         "kbuild_file": e.kbuild_file.as_deref().map(shown),
+        "acknowledged": acknowledged,
+        "opaque": opaque,
         "notes": notes(e),
         "no_source": e.no_source,
         "kernel_object": e.kernel_object,

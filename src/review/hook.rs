@@ -211,7 +211,8 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     }
     let base_text = fetch(format!("HEAD:{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
     let base = crate::snapshot::Base::parse(base_text.as_deref());
-    staged_drift(&repo, &policy, rules, &dirs, &deleted, &base, &mut fetch, &mut outcome)?;
+    let written = [policy_rel.display().to_string(), snapshot_rel];
+    staged_drift(&repo, &policy, rules, &dirs, &deleted, &base, &written, &mut fetch, &mut outcome)?;
     Ok(outcome)
 }
 
@@ -277,9 +278,32 @@ fn units_by_dir(policy: &Policy) -> BTreeMap<String, Vec<String>> {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// `hint` of a drift finding about `file` (relative to the repository), for the hook: the hook
+/// judges the index, so the command the hint names fixes nothing until what it wrote is staged.
+/// `sync` writes the policy and its snapshot (`written`), `gen-makefiles` the kbuild file.
+/// `file` is `None` when the finding is located in the policy, not in a kbuild file: then every
+/// tracked file it changed is staged (`git add -u`).
+fn staged_hint(hint: &str, file: Option<&str>, written: &[String; 2]) -> String {
+    let mut steps = Vec::new();
+    if hint.contains("sanpolicy sync") {
+        steps.push(format!("after `sanpolicy sync`, `git add {} {}`", written[0], written[1]));
+    }
+    if hint.contains("sanpolicy gen-makefiles") {
+        steps.push(match file {
+            Some(file) => format!("after `sanpolicy gen-makefiles`, `git add {file} {}`", written[1]),
+            None => "after `sanpolicy gen-makefiles`, `git add -u`".to_string(),
+        });
+    }
+    if steps.is_empty() {
+        return hint.to_string();
+    }
+    format!("{hint}; the hook judges what is staged, so stage what that wrote: {}", steps.join("; "))
+}
+
 /// Drift on the staged files: the staged kbuild files of `dirs` are laid out in a scratch tree
 /// and judged by the same planning and drift rules as `check` and `gen-makefiles --check`, with
 /// every position and text taken from the staged blobs.
+#[allow(clippy::too_many_arguments)]
 fn staged_drift(
     repo: &Path,
     policy: &Policy,
@@ -287,6 +311,7 @@ fn staged_drift(
     dirs: &BTreeSet<String>,
     deleted: &BTreeSet<String>,
     base: &crate::snapshot::Base,
+    written: &[String; 2],
     fetch: &mut dyn FnMut(String) -> Result<Option<Vec<u8>>, String>,
     outcome: &mut Outcome,
 ) -> Result<(), String> {
@@ -329,6 +354,10 @@ fn staged_drift(
     let moved = |p: &Path| shown(&repo.join(p.strip_prefix(scratch.path()).unwrap_or(p)));
     let relocate = |mut d: Diagnostic| {
         if let Some(l) = d.location.as_mut() {
+            let file = l.path.strip_prefix(scratch.path()).ok().map(|p| p.display().to_string());
+            if d.code == Code::Drift {
+                d.hint = d.hint.as_deref().map(|h| staged_hint(h, file.as_deref(), written));
+            }
             l.path = moved(&l.path);
         }
         d

@@ -5,10 +5,14 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use std::path::Path;
+
 use super::effective::{dir_files, ANY_OBJECT};
+use super::explain::{opaque_in, OpaqueAt};
 use crate::kbuild::configs::{self, State};
 use crate::kbuild::Rules;
-use crate::makefile::KbuildFile;
+use crate::makefile::{self, KbuildFile};
+use crate::makefile::{kbuild_file, read_kbuild};
 use crate::mechanism::MechId;
 use crate::policy::PLACEHOLDER_REASON;
 use crate::policy::{Policy, Setting};
@@ -76,6 +80,71 @@ pub struct Report {
     pub per_mechanism: BTreeMap<MechId, Counts>,
     /// (requirement index, mechanisms that are not exempt)
     pub requirements: Vec<(usize, Vec<MechId>)>,
+    /// With a tree ([`Report::with_tree`]): the opaque constructs in the kbuild files of the
+    /// directories the policy names, as (directory, file shown, construct).
+    pub opaque: Vec<(String, String, OpaqueAt)>,
+}
+
+impl Report {
+    /// The report with what only the tree can say: the opaque constructs (check's
+    /// `opaque-construct`) in the kbuild file of every directory a unit or requirement names,
+    /// through which make may change a mechanism there, so the report is not certain there.
+    pub fn with_tree(mut self, policy: &Policy, rules: &Rules, tree: &Path) -> Report {
+        let mut dirs: Vec<&str> = policy.directories();
+        dirs.extend(policy.requirements.iter().map(|r| r.path.kbuild_dir.as_str()));
+        dirs.sort_unstable();
+        dirs.dedup();
+        for dir in dirs {
+            let Some(path) = kbuild_file(&tree.join(dir)) else { continue };
+            let Ok(text) = read_kbuild(&path) else { continue };
+            let shown = path.strip_prefix(tree).unwrap_or(&path).display().to_string();
+            for o in opaque_in(&makefile::parse(&text), rules) {
+                self.opaque.push((dir.to_string(), shown.clone(), o));
+            }
+        }
+        self
+    }
+
+    /// The opaque constructs of requirement `i`'s directory that may change one of its mechanisms.
+    fn opaque_for<'a>(&'a self, policy: &'a Policy, i: usize) -> impl Iterator<Item = &'a (String, String, OpaqueAt)> {
+        let r = &policy.requirements[i];
+        self.opaque.iter().filter(move |(d, _, o)| {
+            *d == r.path.kbuild_dir && r.exempt.iter().any(|(id, _)| o.mechanisms.contains(id))
+        })
+    }
+}
+
+/// The reasons of the `[[acknowledge]]` entries that keep requirement `i`'s broken mechanisms
+/// on purpose (code `recursion-prone`, its path, no mechanism or a broken one).
+fn acknowledged_reasons(policy: &Policy, i: usize, broken: &[MechId]) -> Vec<String> {
+    let r = &policy.requirements[i];
+    policy
+        .acknowledged
+        .iter()
+        .filter(|a| a.code == "recursion-prone" && a.path == r.path.text)
+        .filter(|a| a.mechanism.is_none_or(|m| broken.contains(&m)))
+        .map(|a| a.why.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// A requirement's status: holds, or broken (acknowledged, with the reason), and whether an
+/// opaque construct makes it uncertain. `strong` wraps the broken word (Markdown bold).
+fn requirement_status(report: &Report, policy: &Policy, i: usize, broken: &[MechId], strong: &str) -> String {
+    let mut status = if broken.is_empty() {
+        "holds".to_string()
+    } else {
+        let names: Vec<&str> = broken.iter().map(|id| id.get().name).collect();
+        let word = if strong.is_empty() { "BROKEN" } else { "broken" };
+        format!("{strong}{word}{strong}: {}", names.join(", "))
+    };
+    for why in acknowledged_reasons(policy, i, broken) {
+        status.push_str(&format!(" (acknowledged: {why})"));
+    }
+    for (_, file, o) in report.opaque_for(policy, i) {
+        let construct = if strong.is_empty() { o.construct.replace('`', "") } else { o.construct.clone() };
+        status.push_str(&format!(" (not certain: {file}:{} has {construct})", o.line));
+    }
+    status
 }
 
 /// Per mechanism the policy sets: its units by setting, and its exemptions by reason category.
@@ -124,6 +193,7 @@ pub fn build(policy: &Policy, rules: &Rules, policy_name: &str) -> Report {
         directories: policy.directories().len(),
         per_mechanism,
         requirements,
+        opaque: Vec::new(),
     }
 }
 
@@ -185,12 +255,22 @@ pub fn markdown(report: &Report, policy: &Policy) -> String {
     for (i, broken) in &report.requirements {
         let r = &policy.requirements[*i];
         let mechs: Vec<&str> = r.exempt.iter().map(|(id, _)| id.get().name).collect();
-        let status = if broken.is_empty() {
-            "holds".to_string()
-        } else {
-            format!("**broken**: {}", broken.iter().map(|id| id.get().name).collect::<Vec<_>>().join(", "))
-        };
+        let status = one_line(&requirement_status(report, policy, *i, broken, "**"));
         out.push_str(&format!("| `{}` | {} | {status} | {} |\n", r.path.text, mechs.join(", "), one_line(&r.why)));
+    }
+    if !policy.acknowledged.is_empty() {
+        out.push_str("\n### Acknowledged findings\n\nKept on purpose; `check` lists them and does not fail on them.\n\n| finding | path | mechanism | why |\n|---|---|---|---|\n");
+        for a in &policy.acknowledged {
+            let mech = a.mechanism.map(|m| m.get().name).unwrap_or("");
+            out.push_str(&format!("| `{}` | `{}` | {mech} | {} |\n", a.code, a.path, one_line(&a.why)));
+        }
+    }
+    if !report.opaque.is_empty() {
+        out.push_str("\n### Not certain: opaque constructs\n\nmake may change these mechanisms there in ways sanpolicy does not read (`opaque-construct`).\n\n| file | construct | may change |\n|---|---|---|\n");
+        for (_, file, o) in &report.opaque {
+            let mechs: Vec<&str> = o.mechanisms.iter().map(|m| m.get().name).collect();
+            out.push_str(&format!("| `{file}:{}` | {} | {} |\n", o.line, one_line(&o.construct), mechs.join(", ")));
+        }
     }
     out
 }
@@ -228,14 +308,32 @@ pub fn text(report: &Report, policy: &Policy) -> String {
     for (i, broken) in &report.requirements {
         let r = &policy.requirements[*i];
         let mechs: Vec<&str> = r.exempt.iter().map(|(id, _)| id.get().name).collect();
-        let status = if broken.is_empty() {
-            "holds".to_string()
-        } else {
-            format!("BROKEN: {}", broken.iter().map(|id| id.get().name).collect::<Vec<_>>().join(", "))
-        };
-        rows.push(vec![r.path.text.clone(), mechs.join(", "), status]);
+        rows.push(vec![r.path.text.clone(), mechs.join(", "), requirement_status(report, policy, *i, broken, "")]);
     }
     out.push_str(&columns(&rows));
+    if !policy.acknowledged.is_empty() {
+        out.push_str("\nAcknowledged findings (kept on purpose; check does not fail on them):\n");
+        let mut rows = vec![["finding", "path", "mechanism", "why"].map(String::from).to_vec()];
+        for a in &policy.acknowledged {
+            let mech = a.mechanism.map(|m| m.get().name).unwrap_or("-");
+            rows.push(vec![
+                a.code.clone(),
+                a.path.clone(),
+                mech.to_string(),
+                a.why.split_whitespace().collect::<Vec<_>>().join(" "),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    if !report.opaque.is_empty() {
+        out.push_str("\nNot certain (opaque constructs: make may change these mechanisms there in ways sanpolicy does not read):\n");
+        let mut rows = vec![["file", "construct", "may change"].map(String::from).to_vec()];
+        for (_, file, o) in &report.opaque {
+            let mechs: Vec<&str> = o.mechanisms.iter().map(|m| m.get().name).collect();
+            rows.push(vec![format!("{file}:{}", o.line), o.construct.replace('`', ""), mechs.join(", ")]);
+        }
+        out.push_str(&columns(&rows));
+    }
     out
 }
 
@@ -281,6 +379,8 @@ pub fn to_json(report: &Report, policy: &Policy) -> Value {
                 "exempt": r.exempt.iter().map(|(id, _)| id.get().name).collect::<Vec<_>>(),
                 "holds": broken.is_empty(),
                 "broken": broken.iter().map(|id| id.get().name).collect::<Vec<_>>(),
+                "acknowledged": acknowledged_reasons(policy, *i, broken),
+                "certain": report.opaque_for(policy, *i).next().is_none(),
                 "why": r.why,
             })
         })
@@ -292,6 +392,20 @@ pub fn to_json(report: &Report, policy: &Policy) -> Value {
         "directories": report.directories,
         "mechanisms": mechanisms,
         "requirements": requirements,
+        "acknowledged": policy.acknowledged.iter().map(|a| json!({
+            "code": a.code,
+            "path": a.path,
+            "mechanism": a.mechanism.map(|m| m.get().name),
+            "at": a.location.to_string(),
+            "why": a.why,
+        })).collect::<Vec<_>>(),
+        "opaque": report.opaque.iter().map(|(dir, file, o)| json!({
+            "directory": dir,
+            "file": file,
+            "line": o.line,
+            "construct": o.construct,
+            "mechanisms": o.mechanisms.iter().map(|m| m.get().name).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
     })
 }
 

@@ -1,0 +1,177 @@
+//! `sync` reads the tree as Kbuild does in the central and block layouts (issue 9 point 3): in
+//! the central layout a directory's section of `scripts/Makefile.sanpolicy` is read after the
+//! directory's own lines, so its lines are what the tree says for the variables they set (a
+//! policy override is no drift, a hand edit there is taken back like a hand-edited block), and
+//! a line a merge adds to a directory's Makefile is taken in as in the in-place layout. A
+//! hand-edited block (block layout) is taken back too, not dropped. Small trees with 6.12's rule
+//! files; every step runs the real binary.
+
+mod fixture_tree;
+
+use std::fs;
+use std::path::Path;
+
+use fixture_tree::{run_in, Run};
+
+const CENTRAL: &str = "scripts/Makefile.sanpolicy";
+
+/// A tree with 6.12's rule files, `lib/a.c`, `lib/b.c` and `lib/Makefile` as given.
+fn tree(makefile: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix("sanpolicy-central-sync-").tempdir().unwrap();
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel-rules/linux-6.12/scripts");
+    fs::create_dir_all(dir.path().join("scripts")).unwrap();
+    fs::create_dir_all(dir.path().join("lib")).unwrap();
+    for f in ["Makefile.lib", "Makefile.build"] {
+        fs::copy(rules.join(f), dir.path().join("scripts").join(f)).unwrap();
+    }
+    for f in ["a.c", "b.c"] {
+        fs::write(dir.path().join("lib").join(f), "").unwrap();
+    }
+    fs::write(dir.path().join("lib/Makefile"), makefile).unwrap();
+    dir
+}
+
+const MAKEFILE: &str = "obj-y := a.o b.o\n\n# A reason.\nKASAN_SANITIZE_a.o := n\n";
+
+fn read(t: &Path, rel: &str) -> String {
+    fs::read_to_string(t.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// Replace `from` by `to` in the file (once; it must be there).
+fn edit(t: &Path, rel: &str, from: &str, to: &str) {
+    let text = read(t, rel);
+    assert!(text.contains(from), "{rel} has no {from:?}:\n{text}");
+    fs::write(t.join(rel), text.replacen(from, to, 1)).unwrap();
+}
+
+fn ok(t: &Path, args: &[&str]) -> Run {
+    let run = run_in(t, args);
+    assert_eq!(run.code, 0, "{args:?}: {}", run.both());
+    run
+}
+
+/// `check`, `gen-makefiles --check` and `sync --check` all pass.
+fn all_green(t: &Path, what: &str) {
+    for args in [&["check"][..], &["gen-makefiles", "--check"][..], &["sync", "--check"][..]] {
+        let run = run_in(t, args);
+        assert_eq!(run.code, 0, "{what}: {args:?}: {}", run.both());
+    }
+}
+
+fn adopt_central(makefile: &str) -> tempfile::TempDir {
+    let t = tree(makefile);
+    ok(t.path(), &["import", "--adopt", "--layout", "central"]);
+    assert!(read(t.path(), CENTRAL).contains("ifeq ($(obj),lib)\n# A reason.\nKASAN_SANITIZE_a.o := n\nendif\n"));
+    assert_eq!(read(t.path(), "lib/Makefile"), makefile, "central adoption touches no subsystem Makefile");
+    all_green(t.path(), "adopted");
+    t
+}
+
+/// The policy overrides a directory's own line through the central file (force where the
+/// Makefile skips): the central file's value is what Kbuild uses, so the tree agrees with the
+/// policy and sync has nothing to take back.
+#[test]
+fn a_central_override_of_a_directory_line_is_in_sync() {
+    let t = adopt_central(MAKEFILE);
+    let p = t.path();
+    edit(p, "sanitizer-policy.toml", "skip = [\"kasan\"]", "force = [\"kasan\"]");
+    ok(p, &["gen-makefiles"]);
+    assert!(read(p, CENTRAL).contains("KASAN_SANITIZE_a.o := y\n"), "{}", read(p, CENTRAL));
+    assert_eq!(read(p, "lib/Makefile"), MAKEFILE);
+    all_green(p, "override");
+    let before = read(p, "sanitizer-policy.toml");
+    let sync = ok(p, &["sync"]);
+    assert!(sync.stderr.contains("nothing to take back"), "{}", sync.both());
+    assert_eq!(read(p, "sanitizer-policy.toml"), before);
+}
+
+/// A merge adds a commented directive to a directory's Makefile: `check` flags it and names
+/// sync, sync takes it in with its comment as the reason and changes no kbuild byte, and after
+/// `gen-makefiles` (the central file gains the line) everything is green.
+#[test]
+fn a_directory_line_a_merge_adds_is_taken_into_a_central_policy() {
+    let t = adopt_central(MAKEFILE);
+    let p = t.path();
+    let merged = format!("{MAKEFILE}\n# Upstream's reason for b.\nKCOV_INSTRUMENT_b.o := n\n");
+    fs::write(p.join("lib/Makefile"), &merged).unwrap();
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert!(check.stderr.contains("sanpolicy sync"), "{}", check.both());
+    let central = read(p, CENTRAL);
+    let sync = ok(p, &["sync"]);
+    assert!(sync.stderr.contains("added: lib/b.o kcov"), "{}", sync.both());
+    assert_eq!((read(p, "lib/Makefile"), read(p, CENTRAL)), (merged.clone(), central), "sync changed a kbuild file");
+    let policy = read(p, "sanitizer-policy.toml");
+    assert!(policy.contains("path = \"lib/b.o\"") && policy.contains("Upstream's reason for b."), "{policy}");
+    ok(p, &["gen-makefiles"]);
+    assert!(read(p, CENTRAL).contains("KCOV_INSTRUMENT_b.o := n\n"), "{}", read(p, CENTRAL));
+    assert_eq!(read(p, "lib/Makefile"), merged);
+    all_green(p, "merged");
+}
+
+/// A hand edit inside the central file (a line added to a section, a value changed): `check`
+/// flags it, `gen-makefiles` refuses to overwrite it, and the help's way out works: sync takes
+/// the section's lines back into the policy (no kbuild byte changed), then `gen-makefiles
+/// --force` rewrites the file from the policy, which now says the same, and all is green.
+#[test]
+fn a_hand_edited_central_section_is_taken_back_by_sync() {
+    let t = adopt_central(MAKEFILE);
+    let p = t.path();
+    edit(
+        p,
+        CENTRAL,
+        "KASAN_SANITIZE_a.o := n\nendif\n",
+        "KASAN_SANITIZE_a.o := y\n\n# Hand-written reason for b.\nKCOV_INSTRUMENT_b.o := n\nendif\n",
+    );
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert!(check.stderr.contains("edited by hand"), "{}", check.both());
+    let write = run_in(p, &["gen-makefiles"]);
+    assert_eq!(write.code, 2, "the hand edit must not be overwritten unasked: {}", write.both());
+    assert!(write.stderr.contains("`sanpolicy sync` takes it back"), "{}", write.both());
+    let edited = read(p, CENTRAL);
+    let sync = ok(p, &["sync"]);
+    assert!(sync.stderr.contains("added: lib/b.o kcov"), "{}", sync.both());
+    assert!(sync.stderr.contains("changed: lib/a.o kasan"), "{}", sync.both());
+    assert_eq!(
+        (read(p, CENTRAL), read(p, "lib/Makefile")),
+        (edited, MAKEFILE.to_string()),
+        "sync changed a kbuild file"
+    );
+    let policy = read(p, "sanitizer-policy.toml");
+    assert!(policy.contains("force = [\"kasan\"]"), "{policy}");
+    assert!(policy.contains("path = \"lib/b.o\"") && policy.contains("Hand-written reason for b."), "{policy}");
+    ok(p, &["gen-makefiles", "--force"]);
+    let central = read(p, CENTRAL);
+    assert!(
+        central.contains("KASAN_SANITIZE_a.o := y\n") && central.contains("KCOV_INSTRUMENT_b.o := n\n"),
+        "{central}"
+    );
+    all_green(p, "taken back");
+}
+
+/// Block layout: a line added by hand inside the generated block is taken back by sync, and the
+/// block's other lines stay in the policy (the block is read, not skipped as unreadable).
+#[test]
+fn a_hand_edited_block_is_taken_back_by_sync() {
+    let t = tree(MAKEFILE);
+    let p = t.path();
+    ok(p, &["import", "--adopt", "--layout", "block"]);
+    edit(
+        p,
+        "lib/Makefile",
+        "KASAN_SANITIZE_a.o := n\n",
+        "KASAN_SANITIZE_a.o := n\n# Hand-written.\nKCOV_INSTRUMENT_b.o := n\n",
+    );
+    let edited = read(p, "lib/Makefile");
+    let sync = ok(p, &["sync"]);
+    assert!(sync.stderr.contains("added: lib/b.o kcov"), "{}", sync.both());
+    assert!(!sync.stderr.contains("removed:"), "{}", sync.both());
+    assert_eq!(read(p, "lib/Makefile"), edited, "sync changed a kbuild file");
+    let policy = read(p, "sanitizer-policy.toml");
+    assert!(policy.contains("path = \"lib/a.o\"") && policy.contains("path = \"lib/b.o\""), "{policy}");
+    ok(p, &["gen-makefiles", "--force"]);
+    let block = read(p, "lib/Makefile");
+    assert!(block.contains("KASAN_SANITIZE_a.o := n\n") && block.contains("KCOV_INSTRUMENT_b.o := n\n"), "{block}");
+    all_green(p, "block taken back");
+}
