@@ -329,6 +329,8 @@ fn import_keeps_each_reason_with_the_lines_it_explains() {
     assert!(!section("kasan").contains("Races") && !section("kasan").contains("Coverage"), "{out}");
     assert!(section("kcsan").contains("Races on bits") && !section("kcsan").contains("Coverage"), "{out}");
     assert!(section("kcov").contains("Coverage that") && !section("kcov").contains("Races"), "{out}");
+    // In place, the policy's line is the tree's own, not a generated one.
+    assert!(section("kcsan").contains("line ./lib/Makefile:6") && !out.contains("generated line"), "{out}");
     let check = tree.run(&["gen-makefiles", "--check"]);
     assert_eq!(check.code, 0, "{}", check.both());
     assert_eq!(tree.read("lib/Makefile"), before);

@@ -379,7 +379,7 @@ struct Described {
     what: String,
     /// The reason (policy `why` and links, or the comment above a hand-written line).
     why: Vec<String>,
-    /// Where the generated line is, for a policy entry.
+    /// Where the policy entry's line is (generated, or the tree's own in the in-place layout).
     line: Option<String>,
 }
 
@@ -395,7 +395,11 @@ fn describe(source: &Source, policy: &Policy, e: &Explanation) -> Described {
             Described {
                 what: format!("policy {} `{}`{when}", u.location, u.path.text),
                 why,
-                line: line.map(|line| format!("generated line {file}:{line}")),
+                // In the in-place layout the policy's line is an ordinary line of the file.
+                line: line.map(|line| match policy.layout {
+                    crate::policy::Layout::InPlace => format!("line {file}:{line}"),
+                    _ => format!("generated line {file}:{line}"),
+                }),
             }
         }
         Source::Makefile { line, text, comment } => Described {
