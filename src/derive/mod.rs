@@ -172,8 +172,11 @@ pub fn analyse(
     timings.push(("effective state".into(), start.elapsed()));
 
     let start = Instant::now();
+    // A stop point is never an entry, even when its name has an entry's prefix (KCSAN's
+    // `kcsan_report_*`): the walk would otherwise start behind the stop it is meant to respect.
     let entries: Vec<FuncId> = (0..g.funcs.len())
         .filter(|&f| runtime.owns(&g.objects[g.funcs[f].object]) && runtime.is_entry_name(&g.funcs[f].name))
+        .filter(|&f| runtime.stop_for(&g.funcs[f].name).is_none())
         .collect();
     if entries.is_empty() {
         return Err(Failure {
