@@ -148,3 +148,19 @@ fn run(cmd: &mut Command, what: &str, output: &mut String, log: &Path) -> Result
 fn write_log(log: &Path, output: &str) {
     let _ = crate::output::write_atomic(log, output);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_archive_is_built_where_the_tree_has_its_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("Makefile"), "targets += vmlinux.a\nvmlinux.a: $(KBUILD_VMLINUX_OBJS) FORCE\n")
+            .unwrap();
+        assert_eq!(target(dir.path()), "vmlinux.a");
+        // 5.15's top Makefile names vmlinux.a nowhere as a rule.
+        fs::write(dir.path().join("Makefile"), "vmlinux: scripts/link-vmlinux.sh autoksyms_recursive FORCE\n").unwrap();
+        assert_eq!(target(dir.path()), "vmlinux");
+    }
+}
