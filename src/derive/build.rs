@@ -14,16 +14,18 @@ use super::runtimes::Runtime;
 /// The flag that makes gcc write `x.ci` beside `x.o`.
 pub const KCFLAGS: &str = "KCFLAGS=-fcallgraph-info";
 
-/// The make target: the archive of every built-in object (and, through the same descent, the
-/// `lib.a` libraries linked beside it). Derive reads objects, `.ci` files and archive member
-/// lists, never the linked image, so linking `vmlinux` (vmlinux.o, objtool on it, modpost, three
-/// kallsyms links) is time spent on every run for nothing: on a rerun with nothing changed it is
-/// most of make's up-to-date check. Kbuild still descends into every directory and checks every
-/// object's sources, headers and command line, so a changed source is recompiled exactly as
-/// `make vmlinux` would.
-const TARGET: &str = "vmlinux.a";
+/// The make target: the build directory itself (`.`), i.e. Kbuild's descent into every
+/// directory of the kernel, which compiles every built-in object, checks every object's sources,
+/// headers and command line, and writes each directory's `built-in.a` and the `lib.a`
+/// libraries. Derive reads objects, `.ci` files and those archives' member lists, never the
+/// linked image, so linking `vmlinux` (vmlinux.a, vmlinux.o, objtool on it, modpost, three
+/// kallsyms links) is time spent on every run for nothing. `vmlinux.a` cannot be the goal: a
+/// goal ending in `.a` is one of Kbuild's single targets, made without the descent, so an
+/// existing archive would hide a changed source.
+const TARGET: &str = ".";
 
-/// Trees older than Linux 6.1 have no `vmlinux.a` rule; there the image itself is the target.
+/// Trees whose top Makefile has no `$(build-dir)` rule (older than the descent's current form):
+/// there the image itself is the target.
 const OLD_TARGET: &str = "vmlinux";
 
 /// Where make's output goes, inside the build directory.
@@ -97,11 +99,11 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
     Ok(built)
 }
 
-/// `vmlinux.a` where the tree's top Makefile has a rule for it (the rule is what make runs; its
-/// presence is only how the target is chosen), `vmlinux` otherwise.
+/// `.` where the tree's top Makefile has the descent's `$(build-dir): prepare` rule (that rule
+/// is what make runs; its presence is only how the target is chosen), `vmlinux` otherwise.
 fn target(tree: &Path) -> &'static str {
     let top = fs::read_to_string(tree.join("Makefile")).unwrap_or_default();
-    if top.lines().any(|l| l.starts_with(&format!("{TARGET}:"))) {
+    if top.lines().any(|l| l.starts_with("$(build-dir): prepare")) {
         TARGET
     } else {
         OLD_TARGET
@@ -154,12 +156,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_archive_is_built_where_the_tree_has_its_rule() {
+    fn the_descent_is_the_target_where_the_tree_has_its_rule() {
         let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join("Makefile"), "targets += vmlinux.a\nvmlinux.a: $(KBUILD_VMLINUX_OBJS) FORCE\n")
-            .unwrap();
-        assert_eq!(target(dir.path()), "vmlinux.a");
-        // 5.15's top Makefile names vmlinux.a nowhere as a rule.
+        let descent = "PHONY += $(build-dir)\n$(build-dir): prepare\n\t$(Q)$(MAKE) $(build)=$@\n";
+        fs::write(dir.path().join("Makefile"), descent).unwrap();
+        assert_eq!(target(dir.path()), ".");
+        // A tree without the rule builds the image.
         fs::write(dir.path().join("Makefile"), "vmlinux: scripts/link-vmlinux.sh autoksyms_recursive FORCE\n").unwrap();
         assert_eq!(target(dir.path()), "vmlinux");
     }
