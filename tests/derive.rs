@@ -423,7 +423,8 @@ fn verdict<'a>(report: &'a Value, path: &str) -> &'a Value {
 
 /// `--build` relative to the working directory is that directory's child, not the tree's: make
 /// runs with `-C TREE`, where a relative `O=` would build inside the source tree. A fake tree
-/// (6.12's rule files, a Makefile whose targets record where they ran) stands in for a kernel.
+/// (6.12's rule files, a Makefile whose targets record where they ran; without the descent's rule
+/// derive makes `vmlinux`) stands in for a kernel.
 #[test]
 fn a_relative_build_directory_is_the_working_directorys_not_the_trees() {
     let scratch = tempfile::tempdir().unwrap();
@@ -438,7 +439,7 @@ fn a_relative_build_directory_is_the_working_directorys_not_the_trees() {
     // `.config` already says KCOV, so derive runs no configurator, only the build target.
     fs::write(
         tree.join("Makefile"),
-        "tinyconfig:\n\tprintf 'CONFIG_KCOV=y\\n' > $(O)/.config\nvmlinux.a:\n\tpwd > $(O)/built-here\n",
+        "tinyconfig:\n\tprintf 'CONFIG_KCOV=y\\n' > $(O)/.config\nvmlinux:\n\tpwd > $(O)/built-here\n",
     )
     .unwrap();
     let work = scratch.path().join("work");
