@@ -14,8 +14,19 @@ use super::runtimes::Runtime;
 /// The flag that makes gcc write `x.ci` beside `x.o`.
 pub const KCFLAGS: &str = "KCFLAGS=-fcallgraph-info";
 
-/// The make target: every built-in object, linked, so the graph is the kernel's.
-const TARGET: &str = "vmlinux";
+/// The make target: the build directory itself (`.`), i.e. Kbuild's descent into every
+/// directory of the kernel, which compiles every built-in object, checks every object's sources,
+/// headers and command line, and writes each directory's `built-in.a` and the `lib.a`
+/// libraries. Derive reads objects, `.ci` files and those archives' member lists, never the
+/// linked image, so linking `vmlinux` (vmlinux.a, vmlinux.o, objtool on it, modpost, three
+/// kallsyms links) is time spent on every run for nothing. `vmlinux.a` cannot be the goal: a
+/// goal ending in `.a` is one of Kbuild's single targets, made without the descent, so an
+/// existing archive would hide a changed source.
+const TARGET: &str = ".";
+
+/// Trees whose top Makefile has no `$(build-dir)` rule (older than the descent's current form):
+/// there the image itself is the target.
+const OLD_TARGET: &str = "vmlinux";
 
 /// Where make's output goes, inside the build directory.
 pub const LOG: &str = "sanpolicy-derive.log";
@@ -38,6 +49,11 @@ pub struct Failure {
 
 /// Configure (when needed) and build `tree` in `build` for `runtime`.
 pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Result<Built, Failure> {
+    // make runs with `-C tree`, so a relative `O=` would name a directory inside the tree.
+    let build = &std::path::absolute(build).map_err(|e| Failure {
+        message: format!("cannot resolve the build directory `{}`: {e}", build.display()),
+        hint: "pass an absolute path with `--build DIR`".into(),
+    })?;
     let log = build.join(LOG);
     let mut built = Built { log: log.clone(), ..Built::default() };
     fs::create_dir_all(build).map_err(|e| Failure {
@@ -75,11 +91,23 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
     built.steps.push(("configure".into(), start.elapsed()));
     let start = Instant::now();
     let jobs = format!("-j{jobs}");
-    make(tree, build, &[&jobs, KCFLAGS, TARGET], &mut output, &log)?;
+    let target = target(tree);
+    make(tree, build, &[&jobs, KCFLAGS, target], &mut output, &log)?;
     built.compiled = output.lines().filter(|l| l.trim_start().starts_with("CC ")).count();
-    built.steps.push((format!("make {TARGET}"), start.elapsed()));
+    built.steps.push((format!("make {target}"), start.elapsed()));
     write_log(&log, &output);
     Ok(built)
+}
+
+/// `.` where the tree's top Makefile has the descent's `$(build-dir): prepare` rule (that rule
+/// is what make runs; its presence is only how the target is chosen), `vmlinux` otherwise.
+fn target(tree: &Path) -> &'static str {
+    let top = fs::read_to_string(tree.join("Makefile")).unwrap_or_default();
+    if top.lines().any(|l| l.starts_with("$(build-dir): prepare")) {
+        TARGET
+    } else {
+        OLD_TARGET
+    }
 }
 
 /// Whether `.config` already holds what the runtime needs (then it is left alone, so Kbuild
@@ -121,4 +149,20 @@ fn run(cmd: &mut Command, what: &str, output: &mut String, log: &Path) -> Result
 /// The log is a by-product in the build directory; failing to write it must not hide the result.
 fn write_log(log: &Path, output: &str) {
     let _ = crate::output::write_atomic(log, output);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_descent_is_the_target_where_the_tree_has_its_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let descent = "PHONY += $(build-dir)\n$(build-dir): prepare\n\t$(Q)$(MAKE) $(build)=$@\n";
+        fs::write(dir.path().join("Makefile"), descent).unwrap();
+        assert_eq!(target(dir.path()), ".");
+        // A tree without the rule builds the image.
+        fs::write(dir.path().join("Makefile"), "vmlinux: scripts/link-vmlinux.sh autoksyms_recursive FORCE\n").unwrap();
+        assert_eq!(target(dir.path()), "vmlinux");
+    }
 }

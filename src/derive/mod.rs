@@ -172,8 +172,11 @@ pub fn analyse(
     timings.push(("effective state".into(), start.elapsed()));
 
     let start = Instant::now();
+    // A stop point is never an entry, even when its name has an entry's prefix (KCSAN's
+    // `kcsan_report_*`): the walk would otherwise start behind the stop it is meant to respect.
     let entries: Vec<FuncId> = (0..g.funcs.len())
         .filter(|&f| runtime.owns(&g.objects[g.funcs[f].object]) && runtime.is_entry_name(&g.funcs[f].name))
+        .filter(|&f| runtime.stop_for(&g.funcs[f].name).is_none())
         .collect();
     if entries.is_empty() {
         return Err(Failure {
@@ -212,22 +215,27 @@ pub fn analyse(
     Ok(d)
 }
 
-/// Objects linked into vmlinux (`vmlinux.a`, `lib/lib.a`, `arch/*/lib/lib.a`), so code built
-/// for the boot loader, the vDSO or the real-mode trampoline does not join the kernel's graph
-/// (it defines its own `memcpy`). `None` when the build has no `vmlinux.a` (then every `.ci` counts).
+/// Objects linked into vmlinux (the top `built-in.a`, `lib/lib.a`, `arch/*/lib/lib.a`: what
+/// `vmlinux.a` is archived from), so code built for the boot loader, the vDSO or the real-mode
+/// trampoline does not join the kernel's graph (it defines its own `memcpy`). `None` when the
+/// build has no top `built-in.a` (then every `.ci` counts).
 fn linked_objects(build: &Path) -> Option<std::collections::HashSet<String>> {
-    let vmlinux = std::fs::read(build.join("vmlinux.a")).ok()?;
-    let mut libs = vec![build.join("lib/lib.a")];
+    let top = std::fs::read(build.join("built-in.a")).ok()?;
+    // Thin archives name members relative to the archive's own directory.
+    let mut archives = vec![(String::new(), top)];
+    let mut libs = vec!["lib/".to_string()];
     if let Ok(arches) = std::fs::read_dir(build.join("arch")) {
-        libs.extend(arches.flatten().map(|e| e.path().join("lib/lib.a")));
+        libs.extend(arches.flatten().filter_map(|e| Some(format!("arch/{}/lib/", e.file_name().to_str()?))));
     }
-    let archives = std::iter::once(vmlinux).chain(libs.iter().filter_map(|p| std::fs::read(p).ok()));
+    archives.extend(
+        libs.into_iter().filter_map(|dir| Some((dir.clone(), std::fs::read(build.join(dir).join("lib.a")).ok()?))),
+    );
     let mut out = std::collections::HashSet::new();
-    for bytes in archives {
+    for (dir, bytes) in archives {
         let Ok(archive) = object::read::archive::ArchiveFile::parse(bytes.as_slice()) else { continue };
         for member in archive.members().flatten() {
             if let Ok(name) = std::str::from_utf8(member.name()) {
-                out.insert(name.trim_start_matches("./").to_string());
+                out.insert(format!("{dir}{}", name.trim_start_matches("./")));
             }
         }
     }
