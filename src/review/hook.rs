@@ -34,11 +34,17 @@ fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     }
 }
 
-/// One long-lived `git cat-file --batch -Z` process answering blob requests one at a time
-/// (git flushes after each object), so the index is read once for the whole hook run. Requests
-/// and answers are NUL-terminated (git 2.43 or later): a path holding a newline is one request,
-/// not two that would shift every later answer onto the wrong file.
+/// One long-lived `git cat-file --batch` process answering blob requests one at a time (git
+/// flushes after each object), so the index is read once for the whole hook run.
+///
+/// Requests are lines, and git ends a line at `\n` and drops a `\r` before it. `-Z` (NUL-ended
+/// requests) would fix that, but needs git 2.43 (Debian bookworm has 2.39); instead a request
+/// naming a path with a control character in it is first resolved to its object id by
+/// `git rev-parse`, which takes it as one argument, and the id (hex digits) is what is asked
+/// for. So every git answers the same, and a path holding a newline is one request, never two
+/// that would shift every later answer onto the wrong file.
 struct Blobs {
+    repo: PathBuf,
     child: std::process::Child,
     stdin: std::process::ChildStdin,
     stdout: std::io::BufReader<std::process::ChildStdout>,
@@ -49,24 +55,45 @@ impl Blobs {
         let mut child = Command::new("git")
             .arg("-C")
             .arg(repo)
-            .args(["cat-file", "--batch", "-Z"])
+            .args(["cat-file", "--batch"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot run git: {e}"))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        Ok(Blobs { child, stdin, stdout })
+        Ok(Blobs { repo: repo.to_path_buf(), child, stdin, stdout })
     }
 
-    /// `spec` is `:path` (the index) or `REV:path`; `None` when it does not exist there.
+    /// The object id `spec` names, asked of `git rev-parse` (for specs a request line cannot
+    /// carry); `None` when it names nothing.
+    fn resolve(&self, spec: &str) -> std::io::Result<Option<String>> {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&self.repo)
+            .args(["rev-parse", "--verify", "--quiet", "--end-of-options", spec])
+            .stderr(Stdio::null())
+            .output()?;
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok((out.status.success() && !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id))
+    }
+
+    /// `spec` is `:0:path` (the index) or `REV:path`; `None` when it does not exist there.
     fn get(&mut self, spec: &str) -> std::io::Result<Option<Vec<u8>>> {
         use std::io::{BufRead, Read};
-        self.stdin.write_all(spec.as_bytes())?;
-        self.stdin.write_all(b"\0")?;
+        let request = if spec.bytes().any(|b| b.is_ascii_control()) {
+            match self.resolve(spec)? {
+                Some(id) => id,
+                None => return Ok(None),
+            }
+        } else {
+            spec.to_string()
+        };
+        self.stdin.write_all(request.as_bytes())?;
+        self.stdin.write_all(b"\n")?;
         self.stdin.flush()?;
         let mut header = Vec::new();
-        self.stdout.read_until(0, &mut header)?;
+        self.stdout.read_until(b'\n', &mut header)?;
         header.pop();
         let header = String::from_utf8_lossy(&header);
         if header.ends_with(" missing") || header.ends_with(" ambiguous") {
@@ -109,7 +136,7 @@ fn is_kbuild(path: &str) -> bool {
     matches!(path.rsplit('/').next(), Some("Makefile" | "Kbuild"))
 }
 
-/// Load a policy from git (`:` for the index, `HEAD:` for the last commit).
+/// Load a policy from git (`:0:` for the index, `HEAD:` for the last commit).
 fn policy_from(
     blobs: &std::cell::RefCell<Blobs>,
     repo: &Path,
@@ -127,16 +154,19 @@ fn policy_from(
     Some(policy::load_with(&abs, &reader))
 }
 
-/// Run the check in the repository containing `tree`, with the policy at `policy_path`.
-pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outcome, String> {
+/// The git processes a hook run reads the index with, started before anything else: listing
+/// what is staged costs about what `git diff --cached` does, so the policy and the tree's rules
+/// are read while it runs rather than after.
+pub struct Started {
+    repo: PathBuf,
+    staged: std::process::Child,
+    blobs: Blobs,
+}
+
+/// Start listing what is staged in the repository containing `tree`, and the blob reader.
+pub fn start(tree: &Path) -> Result<Started, String> {
     let repo = repo_root(tree)?;
-    let policy_abs = super::resolved(policy_path).map_err(|e| e.to_string())?;
-    let policy_rel = policy_abs
-        .strip_prefix(&repo)
-        .map(Path::to_path_buf)
-        .map_err(|_| format!("policy `{}` is not inside the repository", policy_path.display()))?;
-    // The staged file list and the blob reader start together; each reads the index once.
-    let staged_run = Command::new("git")
+    let staged = Command::new("git")
         .arg("-C")
         .arg(&repo)
         .args(["diff", "--cached", "--name-status", "-z", "--no-renames"])
@@ -144,9 +174,30 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run git: {e}"))?;
-    let blobs = std::cell::RefCell::new(Blobs::start(&repo)?);
+    let blobs = Blobs::start(&repo)?;
+    Ok(Started { repo, staged, blobs })
+}
+
+/// Run the check in the repository containing `tree`, with the policy at `policy_path`.
+pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outcome, String> {
+    pre_commit_started(start(tree)?, tree, policy_path, rules)
+}
+
+/// [`pre_commit`] with git already started by [`start`].
+pub fn pre_commit_started(started: Started, tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outcome, String> {
+    let repo = repo_root(tree)?;
+    // Started elsewhere (the policy's tree is in another repository than the directory the
+    // hook runs in): start again where the tree is.
+    let started = if started.repo == repo { started } else { start(tree)? };
+    let Started { staged: staged_run, blobs, .. } = started;
+    let policy_abs = super::resolved(policy_path).map_err(|e| e.to_string())?;
+    let policy_rel = policy_abs
+        .strip_prefix(&repo)
+        .map(Path::to_path_buf)
+        .map_err(|_| format!("policy `{}` is not inside the repository", policy_path.display()))?;
+    let blobs = std::cell::RefCell::new(blobs);
     let mut outcome = Outcome::default();
-    let loaded = policy_from(&blobs, &repo, ":", &policy_rel);
+    let loaded = policy_from(&blobs, &repo, ":0:", &policy_rel);
     let staged_out = staged_run.wait_with_output().map_err(|e| e.to_string())?;
     if !staged_out.status.success() {
         return Err(format!("git diff --cached: {}", String::from_utf8_lossy(&staged_out.stderr).trim()));
@@ -178,9 +229,10 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     let policy_changed = staged.iter().any(|s| policy_files.contains(s));
     let snapshot_rel = crate::review::effective::snapshot_path(&policy_rel).display().to_string();
     let mut dirs: BTreeSet<String> = staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
-    let head_policy = policy_from(&blobs, &repo, "HEAD:", &policy_rel).map(|(old, _)| old);
     if policy_changed {
-        // Only directories whose units the change alters can have drifted because of it.
+        // Only directories whose units the change alters can have drifted because of it; the
+        // committed policy is parsed only then (it costs as much as the staged one).
+        let head_policy = policy_from(&blobs, &repo, "HEAD:", &policy_rel).map(|(old, _)| old);
         let old = head_policy.as_ref().map(units_by_dir).unwrap_or_default();
         let new = units_by_dir(&policy);
         for dir in new.keys().chain(old.keys()) {
@@ -194,7 +246,7 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     // The policy and its snapshot travel together: a staged policy needs its staged snapshot.
     if policy_changed || staged.contains(&snapshot_rel) {
         let want = crate::review::effective::render(&crate::review::effective::compute(&policy, rules), &policy_rel);
-        let have = fetch(format!(":{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
+        let have = fetch(format!(":0:{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
         if snapshot_body(have.as_deref()) != snapshot_body(Some(&want)) {
             outcome.diags.push(
                 Diagnostic::error(
@@ -298,7 +350,7 @@ fn staged_drift(
         let mut found = false;
         for name in ["Kbuild", "Makefile"] {
             let rel = join(d, name);
-            if let Some(bytes) = fetch(format!(":{rel}"))? {
+            if let Some(bytes) = fetch(format!(":0:{rel}"))? {
                 let path = scratch.path().join(&rel);
                 std::fs::create_dir_all(path.parent().unwrap_or(scratch.path())).map_err(|e| e.to_string())?;
                 std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
