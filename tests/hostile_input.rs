@@ -455,6 +455,21 @@ fn pre_commit_cases() {
         .commands(hook)
         .exit(1),
         Case::new(
+            "the staged policy, not the working tree's",
+            |t| {
+                committed(t);
+                let committed_policy = t.read(POLICY);
+                let edited = format!("{committed_policy}\n{}", HEALTHY.replace("lib/skipall.o", "lib/plain.o"));
+                t.write(POLICY, edited.as_bytes());
+                git(t.path(), &["add", POLICY]);
+                // The working tree goes back: read from disk, the policy is unchanged.
+                t.write(POLICY, committed_policy.as_bytes());
+            },
+            vec![("stale-file", "sanitizer-policy.effective.txt".into()), ("stale-file", "lib/Makefile".into())],
+        )
+        .commands(hook)
+        .exit(1),
+        Case::new(
             "positions and text come from the staged file",
             |t| {
                 committed(t);

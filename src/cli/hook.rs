@@ -16,7 +16,9 @@ pub fn pre_commit_run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8
     let Ok(inputs) = inputs(args, defaults, true, ui) else { return EXIT_BAD_INPUT };
     let tree = inputs.tree.clone().unwrap_or_else(|| ".".into());
     let started = started.or_else(|_| hook::start(&tree));
-    let outcome = match started.and_then(|s| hook::pre_commit_started(s, &tree, &inputs.policy_path, &inputs.rules)) {
+    let outcome = match started
+        .and_then(|s| hook::pre_commit_started(s, &tree, &inputs.policy_path, Some(&inputs.policy), &inputs.rules))
+    {
         Ok(o) => o,
         Err(e) => {
             ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, e).hint("run inside a git checkout")]));

@@ -171,6 +171,21 @@ fn policy_from(
     Some(policy::load_with(&abs, &reader))
 }
 
+/// `path` relative to the repository's top, as git names it.
+fn in_repo(path: &Path, repo: &Path) -> Option<String> {
+    let abs = super::resolved(path).ok()?;
+    abs.strip_prefix(repo).ok().map(|p| p.display().to_string())
+}
+
+/// Whether the index holds every file of `policy` (the policy and its includes) byte for byte.
+fn same_as_staged(policy: &Policy, repo: &Path, blobs: &std::cell::RefCell<Blobs>) -> bool {
+    !policy.files.is_empty()
+        && policy.files.iter().all(|(path, text)| {
+            let Some(rel) = in_repo(path, repo) else { return false };
+            matches!(blobs.borrow_mut().get(&format!(":0:{rel}")), Ok(Some(b)) if b == text.as_bytes())
+        })
+}
+
 /// The git processes a hook run reads the index with, started before anything else: listing
 /// what is staged costs about what `git diff --cached` does, so the policy and the tree's rules
 /// are read while it runs rather than after.
@@ -197,11 +212,20 @@ pub fn start(tree: &Path) -> Result<Started, String> {
 
 /// Run the check in the repository containing `tree`, with the policy at `policy_path`.
 pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outcome, String> {
-    pre_commit_started(start(tree)?, tree, policy_path, rules)
+    pre_commit_started(start(tree)?, tree, policy_path, None, rules)
 }
 
-/// [`pre_commit`] with git already started by [`start`].
-pub fn pre_commit_started(started: Started, tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outcome, String> {
+/// [`pre_commit`] with git already started by [`start`]. `on_disk` is the policy as read from
+/// the working tree, if it was: used as the staged one when the index holds its files byte for
+/// byte (parsing it again from the index would give the same, and would cost as much as what
+/// git does).
+pub fn pre_commit_started(
+    started: Started,
+    tree: &Path,
+    policy_path: &Path,
+    on_disk: Option<&Policy>,
+    rules: &Rules,
+) -> Result<Outcome, String> {
     let repo = repo_root(tree)?;
     // Started elsewhere (the policy's tree is in another repository than the directory the
     // hook runs in): start again where the tree is.
@@ -222,7 +246,10 @@ pub fn pre_commit_started(started: Started, tree: &Path, policy_path: &Path, rul
     let staged: Vec<String> = entries.iter().map(|e| e.path.clone()).collect();
     let deleted: BTreeSet<String> = entries.iter().filter(|e| e.id.is_none()).map(|e| e.path.clone()).collect();
     blobs.borrow_mut().staged = Some(entries.into_iter().map(|e| (e.path, e.id)).collect());
-    let loaded = policy_from(&blobs, &repo, ":0:", &policy_rel);
+    let loaded = match on_disk.filter(|p| same_as_staged(p, &repo, &blobs)) {
+        Some(p) => Some((p.clone(), Diagnostics::default())),
+        None => policy_from(&blobs, &repo, ":0:", &policy_rel),
+    };
     let Some((policy, policy_diags)) = loaded else {
         // A policy in HEAD but not in the index is being removed: the blocks it generated stay.
         if let Some((head, _)) = policy_from(&blobs, &repo, "HEAD:", &policy_rel) {
@@ -244,8 +271,7 @@ pub fn pre_commit_started(started: Started, tree: &Path, policy_path: &Path, rul
         outcome.diags.extend(policy_diags);
         return Ok(outcome);
     }
-    let policy_files: BTreeSet<String> =
-        policy.files.iter().filter_map(|(p, _)| p.strip_prefix(&repo).ok()).map(|p| p.display().to_string()).collect();
+    let policy_files: BTreeSet<String> = policy.files.iter().filter_map(|(p, _)| in_repo(p, &repo)).collect();
     let policy_changed = staged.iter().any(|s| policy_files.contains(s));
     let snapshot_rel = crate::review::effective::snapshot_path(&policy_rel).display().to_string();
     let mut dirs: BTreeSet<String> = staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
