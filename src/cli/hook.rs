@@ -16,8 +16,9 @@ pub fn pre_commit_run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8
     let Ok(inputs) = inputs(args, defaults, true, ui) else { return EXIT_BAD_INPUT };
     let tree = inputs.tree.clone().unwrap_or_else(|| ".".into());
     let started = started.or_else(|_| hook::start(&tree));
+    let on_disk = inputs.policy;
     let outcome = match started
-        .and_then(|s| hook::pre_commit_started(s, &tree, &inputs.policy_path, Some(&inputs.policy), &inputs.rules))
+        .and_then(|s| hook::pre_commit_started(s, &tree, &inputs.policy_path, Some(on_disk), &inputs.rules))
     {
         Ok(o) => o,
         Err(e) => {

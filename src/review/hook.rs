@@ -223,7 +223,7 @@ pub fn pre_commit_started(
     started: Started,
     tree: &Path,
     policy_path: &Path,
-    on_disk: Option<&Policy>,
+    on_disk: Option<Policy>,
     rules: &Rules,
 ) -> Result<Outcome, String> {
     let repo = repo_root(tree)?;
@@ -238,6 +238,15 @@ pub fn pre_commit_started(
         .map_err(|_| format!("policy `{}` is not inside the repository", policy_path.display()))?;
     let blobs = std::cell::RefCell::new(blobs);
     let mut outcome = Outcome::default();
+    // What was last generated, read while git lists what is staged (drift needs it whenever a
+    // kbuild file is staged, the usual commit in a kernel tree).
+    let snapshot_rel = crate::review::effective::snapshot_path(&policy_rel).display().to_string();
+    let base_text = blobs
+        .borrow_mut()
+        .get(&format!("HEAD:{snapshot_rel}"))
+        .map_err(|e| e.to_string())?
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    let base = crate::check::drift::Base::parse(base_text.as_deref());
     let staged_out = staged_run.wait_with_output().map_err(|e| e.to_string())?;
     if !staged_out.status.success() {
         return Err(format!("git diff --cached: {}", String::from_utf8_lossy(&staged_out.stderr).trim()));
@@ -247,7 +256,7 @@ pub fn pre_commit_started(
     let deleted: BTreeSet<String> = entries.iter().filter(|e| e.id.is_none()).map(|e| e.path.clone()).collect();
     blobs.borrow_mut().staged = Some(entries.into_iter().map(|e| (e.path, e.id)).collect());
     let loaded = match on_disk.filter(|p| same_as_staged(p, &repo, &blobs)) {
-        Some(p) => Some((p.clone(), Diagnostics::default())),
+        Some(p) => Some((p, Diagnostics::default())),
         None => policy_from(&blobs, &repo, ":0:", &policy_rel),
     };
     let Some((policy, policy_diags)) = loaded else {
@@ -273,7 +282,6 @@ pub fn pre_commit_started(
     }
     let policy_files: BTreeSet<String> = policy.files.iter().filter_map(|(p, _)| in_repo(p, &repo)).collect();
     let policy_changed = staged.iter().any(|s| policy_files.contains(s));
-    let snapshot_rel = crate::review::effective::snapshot_path(&policy_rel).display().to_string();
     let mut dirs: BTreeSet<String> = staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
     if policy_changed {
         // Only directories whose units the change alters can have drifted because of it; the
@@ -307,8 +315,6 @@ pub fn pre_commit_started(
     if dirs.is_empty() {
         return Ok(outcome);
     }
-    let base_text = fetch(format!("HEAD:{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
-    let base = crate::check::drift::Base::parse(base_text.as_deref());
     staged_drift(&repo, &policy, rules, &dirs, &deleted, &base, &mut fetch, &mut outcome)?;
     Ok(outcome)
 }
