@@ -68,7 +68,7 @@ fn plan_in_place(policy: &Policy, tree: &Path, rules: &Rules, sweep: bool) -> Pl
     let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
     let mut dirs: BTreeMap<String, Vec<&Unit>> = by_dir.iter().map(|(d, u)| (d.to_string(), u.clone())).collect();
     if sweep {
-        for dir in swept_dirs(tree) {
+        for dir in swept_dirs(tree, |d| by_dir.contains_key(d), &mut plan.diags) {
             dirs.entry(dir).or_default();
         }
     }
@@ -158,7 +158,7 @@ fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep:
     let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
     let mut dirs: std::collections::BTreeSet<String> = by_dir.keys().map(|d| d.to_string()).collect();
     if sweep {
-        dirs.extend(swept_dirs(tree));
+        dirs.extend(swept_dirs(tree, |d| by_dir.contains_key(d), &mut plan.diags));
     }
     for dir in &dirs {
         let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
@@ -230,7 +230,7 @@ fn plan_blocks(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: 
     }
     // Blocks left in directories the policy no longer names are removed; the other files with
     // directives are read too, so that drift sees a hand-added line anywhere.
-    let swept = if sweep { swept_dirs(tree) } else { Default::default() };
+    let swept = if sweep { swept_dirs(tree, |d| by_dir.contains_key(d), &mut plan.diags) } else { Default::default() };
     for dir in swept.iter().filter(|d| !by_dir.contains_key(d.as_str())) {
         plan_dir(&mut plan, &mut at, dir, &[], rules, force);
     }
@@ -238,11 +238,25 @@ fn plan_blocks(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: 
 }
 
 /// Directories whose kbuild file (as Kbuild picks it) holds a directive or a generated block.
-fn swept_dirs(tree: &Path) -> std::collections::BTreeSet<String> {
+/// A kbuild file the walk skipped (over the size bound, not a regular file) is a warning in
+/// `diags`: drift in it goes unseen. Not for the kbuild file of a directory the policy names
+/// (`named`): planning that directory refuses the file with an error.
+fn swept_dirs(
+    tree: &Path,
+    named: impl Fn(&str) -> bool,
+    diags: &mut Diagnostics,
+) -> std::collections::BTreeSet<String> {
     let mut needles = crate::mechanism::directive_words();
     needles.push(BEGIN_MARKER);
+    let walk = makefile::walk_kbuild_files(tree, &needles);
+    let refused_when_planned = |d: &Diagnostic| {
+        let Some(path) = d.location.as_ref().map(|l| l.path.as_path()) else { return false };
+        let dir = path.parent().and_then(|d| d.strip_prefix(tree).ok()).map(|d| d.to_string_lossy().into_owned());
+        dir.is_some_and(|dir| named(&dir) && kbuild_file(&tree.join(&dir)).as_deref() == Some(path))
+    };
+    diags.extend(Diagnostics(walk.skipped.0.into_iter().filter(|d| !refused_when_planned(d)).collect()));
     let mut out = std::collections::BTreeSet::new();
-    for (path, _) in makefile::read_kbuild_files(tree, &needles).0 {
+    for (path, _) in walk.files {
         let Some(dir) = path.parent().and_then(|d| d.strip_prefix(tree).ok()) else { continue };
         let dir = dir.to_string_lossy().into_owned();
         if kbuild_file(&tree.join(&dir)).as_deref() == Some(path.as_path()) {
@@ -379,7 +393,7 @@ pub fn plan_fragments(policy: &Policy, rules: &Rules, out: &Path, command: &str,
         }
         let path = out.join(dir).join(FRAGMENT_NAME);
         let text = emit::render_fragment(units, rules, command, policy_name, dir);
-        let old = std::fs::read_to_string(&path).ok();
+        let Some(old) = old_fragment(&path, &mut plan.diags) else { continue };
         let display = path.strip_prefix(out).unwrap_or(&path).display().to_string();
         plan.files.insert(dir.to_string(), PlannedFile::new(path.clone(), text.clone()));
         wanted.push(path.clone());
@@ -389,15 +403,32 @@ pub fn plan_fragments(policy: &Policy, rules: &Rules, out: &Path, command: &str,
         let path = entry.path();
         if entry.file_name() == FRAGMENT_NAME && !wanted.iter().any(|w| w == path) {
             let display = path.strip_prefix(out).unwrap_or(path).display().to_string();
-            plan.changes.push(Change {
-                path: path.to_path_buf(),
-                display,
-                old: std::fs::read_to_string(path).ok(),
-                new: None,
-            });
+            let Some(old) = old_fragment(path, &mut plan.diags) else { continue };
+            plan.changes.push(Change { path: path.to_path_buf(), display, old, new: None });
         }
     }
     plan
+}
+
+/// The fragment at `path` as it is (`Some(None)` when there is none), read like every other
+/// file (see [`crate::input`]); `None` with an error in `diags` when what stands there cannot
+/// be a fragment: a FIFO would block the run, a device or a huge file would fill memory.
+fn old_fragment(path: &Path, diags: &mut Diagnostics) -> Option<Option<String>> {
+    let problem = match crate::input::read(path, crate::input::KBUILD_LIMIT) {
+        Err(e) if e.is_missing() => return Some(None),
+        Err(e) => e.to_string(),
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => return Some(Some(text)),
+            Err(e) => format!("is not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to()),
+        },
+    };
+    let quoted = path.display().to_string().replace('\'', "'\\''");
+    diags.push(
+        Diagnostic::error(Code::Io, format!("cannot read the fragment `{}`: it {problem}", path.display()))
+            .at(Location::file(path))
+            .hint(format!("sanpolicy writes a regular file there: remove it (`rm -r '{quoted}'`) and rerun")),
+    );
+    None
 }
 
 pub const FRAGMENT_NAME: &str = "sanpolicy.mk";

@@ -23,10 +23,26 @@ const SECRET: &str = "hunter2-sanpolicy-secret";
 
 const ALL: &[&[&str]] = &[&["gen-makefiles"], &["gen-makefiles", "--force"], &["gen-makefiles", "--check"], &["check"]];
 
+thread_local! {
+    /// A directory put first on PATH for every git and sanpolicy this thread runs: where a test
+    /// picks which git the hook (and its setup) uses.
+    static GIT_DIR: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// PATH with the thread's chosen git first.
+fn path_env() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    match GIT_DIR.with(|g| g.borrow().clone()) {
+        Some(dir) => std::env::join_paths(std::iter::once(dir).chain(std::env::split_paths(&path))).unwrap(),
+        None => path,
+    }
+}
+
 /// Run `sanpolicy ARGS` in `cwd`, killed (and reported as a hang) after a minute.
 fn run(cwd: &Path, args: &[&str]) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sanpolicy"))
         .args(args)
+        .env("PATH", path_env())
         .current_dir(cwd)
         .env("NO_COLOR", "1")
         .env("SANPOLICY_TEST_SECRET", SECRET)
@@ -325,6 +341,7 @@ fn a_diamond_of_includes_is_parsed_once() {
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
+        .env("PATH", path_env())
         .args(["-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "init.defaultBranch=main"])
         .args(args)
         .current_dir(dir)
@@ -377,8 +394,8 @@ fn diff_base_without_the_policy_compares_with_nothing() {
 
 const HAND: &str = "KASAN_SANITIZE_plain.o := n\n";
 
-#[test]
-fn pre_commit_sees_what_is_staged() {
+/// The hook's cases, run with whichever git is first on PATH.
+fn pre_commit_cases() {
     let hook: &[&[&str]] = &[&["pre-commit"]];
     run_cases(vec![
         Case::new(
@@ -415,6 +432,21 @@ fn pre_commit_sees_what_is_staged() {
         .commands(hook)
         .exit(1),
         Case::new(
+            "the staged policy, not the working tree's",
+            |t| {
+                committed(t);
+                let committed_policy = t.read(POLICY);
+                let edited = format!("{committed_policy}\n{}", HEALTHY.replace("lib/skipall.o", "lib/plain.o"));
+                t.write(POLICY, edited.as_bytes());
+                git(t.path(), &["add", POLICY]);
+                // The working tree goes back: read from disk, the policy is unchanged.
+                t.write(POLICY, committed_policy.as_bytes());
+            },
+            vec![("stale-file", "sanitizer-policy.effective.txt".into()), ("stale-file", "lib/Makefile".into())],
+        )
+        .commands(hook)
+        .exit(1),
+        Case::new(
             "positions and text come from the staged file",
             |t| {
                 committed(t);
@@ -432,6 +464,35 @@ fn pre_commit_sees_what_is_staged() {
         .commands(hook)
         .exit(1),
     ]);
+}
+
+#[test]
+fn pre_commit_sees_what_is_staged() {
+    pre_commit_cases();
+}
+
+/// The same verdicts with Debian bookworm's git 2.39, older than `cat-file -Z` (2.43): the hook
+/// must not depend on it, and a path holding a newline must still be one request.
+#[test]
+fn pre_commit_sees_what_is_staged_with_git_2_39() {
+    let old = Path::new("/usr/bin/git");
+    let version = Command::new(old).arg("--version").output().unwrap_or_else(|e| {
+        panic!("this test runs the hook with an old git at {}: {e} (apt-get install git)", old.display())
+    });
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    let minor = version.trim().strip_prefix("git version 2.").and_then(|v| v.split('.').next()?.parse::<u32>().ok());
+    assert!(
+        minor.is_some_and(|m| m < 43),
+        "this test needs a git older than 2.43 (no `cat-file -Z`) at {}; it is `{}`",
+        old.display(),
+        version.trim()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(old, dir.path().join("git")).unwrap();
+    GIT_DIR.with(|g| *g.borrow_mut() = Some(dir.path().to_path_buf()));
+    let which = Command::new("sh").args(["-c", "git --version"]).env("PATH", path_env()).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&which.stdout), version, "the old git is not first on PATH");
+    pre_commit_cases();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -285,6 +285,7 @@ fn reads_are_bounded() {
                 "{case}, {command:?}: {found:?}\n{}",
                 r.stderr
             );
+            assert!(!r.stderr.contains("skipped `"), "{case}, {command:?}: refused and skipped:\n{}", r.stderr);
             assert_same(&before, &fingerprint(tree.path()), &format!("{case}, {command:?}"));
         }
     }
@@ -298,21 +299,96 @@ fn reads_are_bounded() {
         "{}",
         r.stderr
     );
-    // A huge kbuild file nobody named is skipped with a warning by the walk, and left alone.
-    let tree = Tree::new("mechanisms", V6_12);
-    fs::create_dir(tree.join("drivers/huge")).unwrap();
-    sparse(&tree, "drivers/huge/Makefile", "KASAN_SANITIZE_huge.o := n\n", 16 * MIB + 1);
-    let before = fingerprint(tree.path());
-    let r = run(tree.path(), &["import", "--out", "-"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("warning[io]: skipped `")
-            && r.stderr.contains("drivers/huge/Makefile`: it is larger than 16 MiB"),
-        "{}",
-        r.stderr
-    );
-    assert!(!r.stdout.contains("drivers/huge"), "the huge file was imported: {}", r.stdout);
-    assert_same(&before, &fingerprint(tree.path()), "import with a huge unnamed Makefile");
+}
+
+/// A kbuild file over 16 MiB in a directory the policy does not name is skipped by every walk
+/// over the tree with a warning naming it (a line there is not seen, so drift in it is not
+/// either), and the verdict is the one without it: import's walk and the sweep of
+/// `gen-makefiles`, `--check` and `check` alike. A named directory's is refused (above), with
+/// no warning besides.
+#[test]
+fn huge_kbuild_files_nobody_named_are_skipped_with_a_warning() {
+    // (layout, command): every command that walks the tree. In place `--check` always sweeps.
+    let rows: [(&str, &[&str]); 7] = [
+        ("block", &["import", "--out", "-"]),
+        ("block", &["gen-makefiles"]),
+        ("block", &["gen-makefiles", "--check", "--sweep"]),
+        ("block", &["check"]),
+        ("in-place", &["gen-makefiles"]),
+        ("in-place", &["gen-makefiles", "--check"]),
+        ("in-place", &["check"]),
+    ];
+    for (layout, command) in rows {
+        let fixture = || {
+            let t = Tree::new("mechanisms", V6_12);
+            let policy = t.read(POLICY).replacen("layout = \"block\"", &format!("layout = \"{layout}\""), 1);
+            assert!(policy.contains(&format!("layout = \"{layout}\"")), "the fixture names no layout");
+            t.write(POLICY, policy.as_bytes());
+            t
+        };
+        let without = run(fixture().path(), command);
+        let tree = fixture();
+        let command = (layout, command);
+        fs::create_dir(tree.join("drivers/huge")).unwrap();
+        sparse(&tree, "drivers/huge/Makefile", "KASAN_SANITIZE_huge.o := n\n", 16 * MIB + 1);
+        let huge = |t: &Tree| fingerprint(t.path()).remove("drivers/huge/Makefile");
+        let before = huge(&tree);
+        let r = run(tree.path(), command.1);
+        assert_eq!(
+            r.code, without.code,
+            "{command:?}: the verdict changed:\n{}\nwithout:\n{}",
+            r.stderr, without.stderr
+        );
+        let warning = r.stderr.lines().position(|l| {
+            l.starts_with("warning[io]: skipped `") && l.contains("drivers/huge/Makefile`: it is larger than 16 MiB")
+        });
+        let Some(at) = warning else { panic!("{command:?}: no warning naming the huge file:\n{}", r.stderr) };
+        let rest: Vec<&str> = r.stderr.lines().skip(at + 1).take_while(|l| !l.starts_with("warning")).collect();
+        assert!(
+            rest.iter().any(|l| l.contains("drivers/huge/Makefile"))
+                && rest.iter().any(|l| l.contains("help: no kbuild file is that large")),
+            "{command:?}: the warning has no location or hint:\n{}",
+            r.stderr
+        );
+        assert_eq!(r.stderr.matches("skipped `").count(), 1, "{command:?}: one warning:\n{}", r.stderr);
+        assert!(!r.stdout.contains("drivers/huge"), "{command:?}: the huge file was read: {}", r.stdout);
+        assert_eq!(huge(&tree), before, "{command:?}: the huge file changed");
+    }
+}
+
+/// Where `gen-makefiles --out DIR` reads an old fragment (one it rewrites, or a stale one it
+/// removes), something that is not a regular file is an error naming it: never a hang on a
+/// FIFO, never taken for a missing fragment and overwritten. Nothing changes.
+#[test]
+fn an_old_fragment_that_is_not_a_regular_file_is_named_never_read() {
+    const OUT: &str = "fragments";
+    // A fragment the policy writes (`lib/`), and one of a directory it no longer names.
+    for rel in ["lib/sanpolicy.mk", "gone/sanpolicy.mk"] {
+        for kind in [Kind::Fifo, Kind::Directory, Kind::Socket] {
+            let case = format!("{kind:?} at {rel}");
+            let tree = Tree::new("mechanisms", V6_12);
+            let r = run(tree.path(), &["gen-makefiles", "--out", OUT]);
+            assert_eq!(r.code, 0, "{case}: fixture: {}", r.stderr);
+            let path = tree.join(OUT).join(rel);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            kind.make(&path);
+            let before = fingerprint(tree.path());
+            for command in [&["gen-makefiles", "--out", OUT][..], &["gen-makefiles", "--out", OUT, "--check"]] {
+                let r = run(tree.path(), command);
+                assert_eq!(r.code, 2, "{case}, {command:?}: {}", r.stderr);
+                let found = errors(&r.stderr);
+                assert!(
+                    found.iter().any(|(c, l, m)| c == "io"
+                        && l.ends_with(&format!("{OUT}/{rel}"))
+                        && m.contains("cannot read the fragment")
+                        && m.contains(kind.what())),
+                    "{case}, {command:?}: {found:?}\n{}",
+                    r.stderr
+                );
+                assert_same(&before, &fingerprint(tree.path()), &format!("{case}, {command:?}"));
+            }
+        }
+    }
 }
 
 /// The changes `gen-makefiles` plans for a fresh `mechanisms` tree (three kbuild files, in

@@ -11,9 +11,15 @@ use crate::output;
 use crate::review::hook;
 
 pub fn pre_commit_run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+    // git lists what is staged while the policy and the rules are read.
+    let started = hook::start(args.tree.as_deref().unwrap_or(Path::new(".")));
     let Ok(inputs) = inputs(args, defaults, true, ui) else { return EXIT_BAD_INPUT };
     let tree = inputs.tree.clone().unwrap_or_else(|| ".".into());
-    let outcome = match hook::pre_commit(&tree, &inputs.policy_path, &inputs.rules) {
+    let started = started.or_else(|_| hook::start(&tree));
+    let on_disk = inputs.policy;
+    let outcome = match started
+        .and_then(|s| hook::pre_commit_started(s, &tree, &inputs.policy_path, Some(on_disk), &inputs.rules))
+    {
         Ok(o) => o,
         Err(e) => {
             ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, e).hint("run inside a git checkout")]));

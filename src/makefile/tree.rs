@@ -104,7 +104,8 @@ pub fn walk_kbuild_files(tree: &Path, needles: &[&str]) -> Walk {
 /// A walked file's bytes through [`crate::input`]; a file that cannot be read that way is noted
 /// in `skipped` (a file that vanished since the directory was listed is not worth a warning).
 fn read_bounded(path: &Path, skipped: &std::sync::Mutex<Diagnostics>) -> Result<Vec<u8>, ()> {
-    input::read(path, KBUILD_LIMIT).map_err(|e| {
+    // Only paths the walk listed as regular files come here.
+    input::read_listed(path, KBUILD_LIMIT).map_err(|e| {
         if !e.is_missing() {
             let warning = Diagnostic::warning(Code::Io, format!("skipped `{}`: it {e}", path.display()))
                 .at(Location::file(path))

@@ -3,7 +3,7 @@
 //! file by hand. It reads only what it must, from the git index: the staged kbuild files, the
 //! policy, and the kbuild files of the policy's directories when the policy changed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -34,11 +34,22 @@ fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     }
 }
 
-/// One long-lived `git cat-file --batch -Z` process answering blob requests one at a time
-/// (git flushes after each object), so the index is read once for the whole hook run. Requests
-/// and answers are NUL-terminated (git 2.43 or later): a path holding a newline is one request,
-/// not two that would shift every later answer onto the wrong file.
+/// One long-lived `git cat-file --batch` process answering blob requests one at a time (git
+/// flushes after each object), so the index is read once for the whole hook run.
+///
+/// Requests are lines, and git ends a line at `\n` and drops a `\r` before it. `-Z` (NUL-ended
+/// requests) would fix that, but needs git 2.43 (Debian bookworm has 2.39); instead a request
+/// naming a path with a control character in it is first resolved to its object id by
+/// `git rev-parse`, which takes it as one argument, and the id (hex digits) is what is asked
+/// for. So every git answers the same, and a path holding a newline is one request, never two
+/// that would shift every later answer onto the wrong file.
 struct Blobs {
+    repo: PathBuf,
+    /// Once `git diff --cached --raw` has answered: the object id each staged path has in the
+    /// index (`None`: deleted there). Every other path is in the index as in HEAD, so `:0:path`
+    /// is asked as that id or as `HEAD:path`, and git never reads the index a second time (on
+    /// 6.12 that costs as much as the whole listing).
+    staged: Option<HashMap<String, Option<String>>>,
     child: std::process::Child,
     stdin: std::process::ChildStdin,
     stdout: std::io::BufReader<std::process::ChildStdout>,
@@ -49,24 +60,57 @@ impl Blobs {
         let mut child = Command::new("git")
             .arg("-C")
             .arg(repo)
-            .args(["cat-file", "--batch", "-Z"])
+            .args(["cat-file", "--batch"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot run git: {e}"))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        Ok(Blobs { child, stdin, stdout })
+        Ok(Blobs { repo: repo.to_path_buf(), staged: None, child, stdin, stdout })
     }
 
-    /// `spec` is `:path` (the index) or `REV:path`; `None` when it does not exist there.
+    /// The object id `spec` names, asked of `git rev-parse` (for specs a request line cannot
+    /// carry); `None` when it names nothing.
+    fn resolve(&self, spec: &str) -> std::io::Result<Option<String>> {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&self.repo)
+            .args(["rev-parse", "--verify", "--quiet", "--end-of-options", spec])
+            .stderr(Stdio::null())
+            .output()?;
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok((out.status.success() && !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id))
+    }
+
+    /// `spec` is `:0:path` (the index) or `REV:path`; `None` when it does not exist there.
     fn get(&mut self, spec: &str) -> std::io::Result<Option<Vec<u8>>> {
         use std::io::{BufRead, Read};
-        self.stdin.write_all(spec.as_bytes())?;
-        self.stdin.write_all(b"\0")?;
+        let head;
+        let spec = match (spec.strip_prefix(":0:"), &self.staged) {
+            (Some(path), Some(staged)) => match staged.get(path) {
+                Some(Some(id)) => id.as_str(),
+                Some(None) => return Ok(None),
+                None => {
+                    head = format!("HEAD:{path}");
+                    head.as_str()
+                }
+            },
+            _ => spec,
+        };
+        let request = if spec.bytes().any(|b| b.is_ascii_control()) {
+            match self.resolve(spec)? {
+                Some(id) => id,
+                None => return Ok(None),
+            }
+        } else {
+            spec.to_string()
+        };
+        self.stdin.write_all(request.as_bytes())?;
+        self.stdin.write_all(b"\n")?;
         self.stdin.flush()?;
         let mut header = Vec::new();
-        self.stdout.read_until(0, &mut header)?;
+        self.stdout.read_until(b'\n', &mut header)?;
         header.pop();
         let header = String::from_utf8_lossy(&header);
         if header.ends_with(" missing") || header.ends_with(" ambiguous") {
@@ -109,7 +153,7 @@ fn is_kbuild(path: &str) -> bool {
     matches!(path.rsplit('/').next(), Some("Makefile" | "Kbuild"))
 }
 
-/// Load a policy from git (`:` for the index, `HEAD:` for the last commit).
+/// Load a policy from git (`:0:` for the index, `HEAD:` for the last commit).
 fn policy_from(
     blobs: &std::cell::RefCell<Blobs>,
     repo: &Path,
@@ -127,31 +171,94 @@ fn policy_from(
     Some(policy::load_with(&abs, &reader))
 }
 
+/// `path` relative to the repository's top, as git names it.
+fn in_repo(path: &Path, repo: &Path) -> Option<String> {
+    let abs = super::resolved(path).ok()?;
+    abs.strip_prefix(repo).ok().map(|p| p.display().to_string())
+}
+
+/// Whether the index holds every file of `policy` (the policy and its includes) byte for byte.
+fn same_as_staged(policy: &Policy, repo: &Path, blobs: &std::cell::RefCell<Blobs>) -> bool {
+    !policy.files.is_empty()
+        && policy.files.iter().all(|(path, text)| {
+            let Some(rel) = in_repo(path, repo) else { return false };
+            matches!(blobs.borrow_mut().get(&format!(":0:{rel}")), Ok(Some(b)) if b == text.as_bytes())
+        })
+}
+
+/// The git processes a hook run reads the index with, started before anything else: listing
+/// what is staged costs about what `git diff --cached` does, so the policy and the tree's rules
+/// are read while it runs rather than after.
+pub struct Started {
+    repo: PathBuf,
+    staged: std::process::Child,
+    blobs: Blobs,
+}
+
+/// Start listing what is staged in the repository containing `tree`, and the blob reader.
+pub fn start(tree: &Path) -> Result<Started, String> {
+    let repo = repo_root(tree)?;
+    let staged = Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["diff", "--cached", "--raw", "--no-abbrev", "-z", "--no-renames"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    let blobs = Blobs::start(&repo)?;
+    Ok(Started { repo, staged, blobs })
+}
+
 /// Run the check in the repository containing `tree`, with the policy at `policy_path`.
 pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outcome, String> {
+    pre_commit_started(start(tree)?, tree, policy_path, None, rules)
+}
+
+/// [`pre_commit`] with git already started by [`start`]. `on_disk` is the policy as read from
+/// the working tree, if it was: used as the staged one when the index holds its files byte for
+/// byte (parsing it again from the index would give the same, and would cost as much as what
+/// git does).
+pub fn pre_commit_started(
+    started: Started,
+    tree: &Path,
+    policy_path: &Path,
+    on_disk: Option<Policy>,
+    rules: &Rules,
+) -> Result<Outcome, String> {
     let repo = repo_root(tree)?;
+    // Started elsewhere (the policy's tree is in another repository than the directory the
+    // hook runs in): start again where the tree is.
+    let started = if started.repo == repo { started } else { start(tree)? };
+    let Started { staged: staged_run, blobs, .. } = started;
     let policy_abs = super::resolved(policy_path).map_err(|e| e.to_string())?;
     let policy_rel = policy_abs
         .strip_prefix(&repo)
         .map(Path::to_path_buf)
         .map_err(|_| format!("policy `{}` is not inside the repository", policy_path.display()))?;
-    // The staged file list and the blob reader start together; each reads the index once.
-    let staged_run = Command::new("git")
-        .arg("-C")
-        .arg(&repo)
-        .args(["diff", "--cached", "--name-status", "-z", "--no-renames"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    let blobs = std::cell::RefCell::new(Blobs::start(&repo)?);
+    let blobs = std::cell::RefCell::new(blobs);
     let mut outcome = Outcome::default();
-    let loaded = policy_from(&blobs, &repo, ":", &policy_rel);
+    // What was last generated, read while git lists what is staged (drift needs it whenever a
+    // kbuild file is staged, the usual commit in a kernel tree).
+    let snapshot_rel = crate::review::effective::snapshot_path(&policy_rel).display().to_string();
+    let base_text = blobs
+        .borrow_mut()
+        .get(&format!("HEAD:{snapshot_rel}"))
+        .map_err(|e| e.to_string())?
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    let base = crate::snapshot::Base::parse(base_text.as_deref());
     let staged_out = staged_run.wait_with_output().map_err(|e| e.to_string())?;
     if !staged_out.status.success() {
         return Err(format!("git diff --cached: {}", String::from_utf8_lossy(&staged_out.stderr).trim()));
     }
-    let (staged, deleted) = staged_entries(&staged_out.stdout);
+    let entries = staged_entries(&staged_out.stdout);
+    let staged: Vec<String> = entries.iter().map(|e| e.path.clone()).collect();
+    let deleted: BTreeSet<String> = entries.iter().filter(|e| e.id.is_none()).map(|e| e.path.clone()).collect();
+    blobs.borrow_mut().staged = Some(entries.into_iter().map(|e| (e.path, e.id)).collect());
+    let loaded = match on_disk.filter(|p| same_as_staged(p, &repo, &blobs)) {
+        Some(p) => Some((p, Diagnostics::default())),
+        None => policy_from(&blobs, &repo, ":0:", &policy_rel),
+    };
     let Some((policy, policy_diags)) = loaded else {
         // A policy in HEAD but not in the index is being removed: the blocks it generated stay.
         if let Some((head, _)) = policy_from(&blobs, &repo, "HEAD:", &policy_rel) {
@@ -173,14 +280,13 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
         outcome.diags.extend(policy_diags);
         return Ok(outcome);
     }
-    let policy_files: BTreeSet<String> =
-        policy.files.iter().filter_map(|(p, _)| p.strip_prefix(&repo).ok()).map(|p| p.display().to_string()).collect();
+    let policy_files: BTreeSet<String> = policy.files.iter().filter_map(|(p, _)| in_repo(p, &repo)).collect();
     let policy_changed = staged.iter().any(|s| policy_files.contains(s));
-    let snapshot_rel = crate::review::effective::snapshot_path(&policy_rel).display().to_string();
     let mut dirs: BTreeSet<String> = staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
-    let head_policy = policy_from(&blobs, &repo, "HEAD:", &policy_rel).map(|(old, _)| old);
     if policy_changed {
-        // Only directories whose units the change alters can have drifted because of it.
+        // Only directories whose units the change alters can have drifted because of it; the
+        // committed policy is parsed only then (it costs as much as the staged one).
+        let head_policy = policy_from(&blobs, &repo, "HEAD:", &policy_rel).map(|(old, _)| old);
         let old = head_policy.as_ref().map(units_by_dir).unwrap_or_default();
         let new = units_by_dir(&policy);
         for dir in new.keys().chain(old.keys()) {
@@ -194,7 +300,7 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     // The policy and its snapshot travel together: a staged policy needs its staged snapshot.
     if policy_changed || staged.contains(&snapshot_rel) {
         let want = crate::review::effective::render(&crate::review::effective::compute(&policy, rules), &policy_rel);
-        let have = fetch(format!(":{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
+        let have = fetch(format!(":0:{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
         if snapshot_body(have.as_deref()) != snapshot_body(Some(&want)) {
             outcome.diags.push(
                 Diagnostic::error(
@@ -209,8 +315,6 @@ pub fn pre_commit(tree: &Path, policy_path: &Path, rules: &Rules) -> Result<Outc
     if dirs.is_empty() {
         return Ok(outcome);
     }
-    let base_text = fetch(format!("HEAD:{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
-    let base = crate::snapshot::Base::parse(base_text.as_deref());
     let written = [policy_rel.display().to_string(), snapshot_rel];
     staged_drift(&repo, &policy, rules, &dirs, &deleted, &base, &written, &mut fetch, &mut outcome)?;
     Ok(outcome)
@@ -221,18 +325,25 @@ fn snapshot_body(text: Option<&str>) -> Option<Vec<&str>> {
     text.map(|t| t.lines().filter(|l| !l.starts_with('#')).collect())
 }
 
-/// `git diff --cached --name-status -z` output: every staged path, and those deleted.
-fn staged_entries(out: &[u8]) -> (Vec<String>, BTreeSet<String>) {
+/// One staged path: its object id in the index, `None` when the commit deletes it there.
+struct Entry {
+    path: String,
+    id: Option<String>,
+}
+
+/// `git diff --cached --raw --no-abbrev -z` output (`:MODE MODE OLD NEW STATUS\0PATH\0` per
+/// path): every staged path with its object id in the index.
+fn staged_entries(out: &[u8]) -> Vec<Entry> {
     let mut fields = out.split(|b| *b == 0).filter(|s| !s.is_empty());
-    let (mut staged, mut deleted) = (Vec::new(), BTreeSet::new());
-    while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
-        let path = String::from_utf8_lossy(path).into_owned();
-        if status.first() == Some(&b'D') {
-            deleted.insert(path.clone());
-        }
-        staged.push(path);
+    let mut entries = Vec::new();
+    while let (Some(raw), Some(path)) = (fields.next(), fields.next()) {
+        let raw = String::from_utf8_lossy(raw);
+        let new = raw.split(' ').nth(3).filter(|id| id.bytes().any(|b| b != b'0'));
+        // Deleted, or unmerged: nothing a commit can take at stage 0.
+        let id = new.filter(|_| !raw.ends_with(" D") && !raw.ends_with(" U")).map(str::to_string);
+        entries.push(Entry { path: String::from_utf8_lossy(path).into_owned(), id });
     }
-    (staged, deleted)
+    entries
 }
 
 /// A staged deletion of a kbuild file that holds the policy's block or directives: the commit
@@ -323,7 +434,7 @@ fn staged_drift(
         let mut found = false;
         for name in ["Kbuild", "Makefile"] {
             let rel = join(d, name);
-            if let Some(bytes) = fetch(format!(":{rel}"))? {
+            if let Some(bytes) = fetch(format!(":0:{rel}"))? {
                 let path = scratch.path().join(&rel);
                 std::fs::create_dir_all(path.parent().unwrap_or(scratch.path())).map_err(|e| e.to_string())?;
                 std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
