@@ -339,7 +339,7 @@ fn outside(req: &Requirement, id: MechId, file: &KbuildFile, tree: Option<&Path>
         )
         .label(format!("{at}: {}", hit.describe()))
         .hint(format!(
-            "drop `$({})` from the line at {at} if the object must stay exempt, or keep it on purpose with `[[acknowledge]]` code `flags-outside-policy`, path `{}`, mechanism `{id}`",
+            "drop `$({})` from the line at {at} if the object must stay exempt, or keep it on purpose: add an `[[acknowledge]]` with `code = \"flags-outside-policy\"`, `path = \"{}\"`, `mechanism = \"{id}\"` and a `why`",
             hit.carrier, req.path.text
         )),
     )
