@@ -269,6 +269,10 @@ fn requirement(
             diags.push(d.at(loc.clone()).about(&req.path.text, Some(*id)));
             continue;
         }
+        if let Some(d) = outside(req, *id, &file, tree, plan) {
+            diags.push(d.at(loc.clone()).about(&req.path.text, Some(*id)));
+            continue;
+        }
         let failure = match first_instrumented(req, *id, &file, rules, tree, config) {
             Ok(Some(failure)) => failure,
             Ok(None) => continue,
@@ -313,6 +317,43 @@ fn requirement(
                 .about(&req.path.text, Some(*id)),
         );
     }
+}
+
+/// A line that passes `id`'s flags to an object of the requirement (or filters them) without the
+/// mechanism's variables: what the variables say does not decide the object, so the
+/// requirement is not taken as holding. One finding per requirement and mechanism, naming the
+/// first such line; `[[acknowledge]]` keeps it on purpose.
+fn outside(req: &Requirement, id: MechId, file: &KbuildFile, tree: Option<&Path>, plan: &Plan) -> Option<Diagnostic> {
+    let lines = crate::kbuild::outside_lines(file);
+    let hit = lines.iter().filter(|l| l.mech == id).find(|l| match (&req.path.object, &l.object) {
+        (Some(o), _) => l.affects(o),
+        (None, Some(o)) => !req.except.contains(o),
+        (None, None) => true,
+    })?;
+    let path = shown_path(&req.path.kbuild_dir, tree, plan);
+    let at = format!("{}:{}", path.display(), hit.line);
+    Some(
+        Diagnostic::error(
+            Code::FlagsOutsidePolicy,
+            format!("`{}` cannot be proven exempt from `{id}`: {at} decides it outside the policy", req.path.text),
+        )
+        .label(format!("{at}: {}", hit.describe()))
+        .hint(format!(
+            "drop `$({})` from the line at {at} if the object must stay exempt, or keep it on purpose: add an `[[acknowledge]]` with `code = \"flags-outside-policy\"`, `path = \"{}\"`, `mechanism = \"{id}\"` and a `why`",
+            hit.carrier, req.path.text
+        )),
+    )
+}
+
+/// The kbuild file of `dir` as the findings name it: relative to the tree where there is one.
+fn shown_path(dir: &str, tree: Option<&Path>, plan: &Plan) -> std::path::PathBuf {
+    let path = plan
+        .files
+        .get(dir)
+        .map(|f| f.path.clone())
+        .or_else(|| tree.and_then(|t| kbuild_file(&t.join(dir))))
+        .unwrap_or_else(|| Path::new(dir).join("Makefile"));
+    tree.and_then(|t| path.strip_prefix(t).ok()).unwrap_or(&path).to_path_buf()
 }
 
 /// A construct in the file through which make may change `id`'s variables in ways sanpolicy

@@ -70,6 +70,7 @@ pub enum Code {
     BadCrateName,
     DuplicateProfile,
     DuplicateCrate,
+    FlagsOutsidePolicy,
 }
 
 impl Code {
@@ -133,6 +134,7 @@ impl Code {
             Code::BadCrateName => "bad-crate-name",
             Code::DuplicateProfile => "duplicate-profile",
             Code::DuplicateCrate => "duplicate-crate",
+            Code::FlagsOutsidePolicy => "flags-outside-policy",
         }
     }
 
@@ -157,6 +159,7 @@ impl Code {
                 | Code::UnlinkedRuntime
                 | Code::Drift
                 | Code::OpaqueConstruct
+                | Code::FlagsOutsidePolicy
                 | Code::StaleAcknowledgement
                 | Code::Acknowledged
                 | Code::NotApplicable

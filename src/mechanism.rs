@@ -187,6 +187,29 @@ pub fn names() -> Vec<&'static str> {
     MECHANISMS.iter().map(|m| m.name).collect()
 }
 
+/// The make variables holding each mechanism's compiler flags, as `scripts/Makefile.lib` adds
+/// them for an instrumented object (`$(CFLAGS_KASAN)` in the `then` of its `$(if …)`). A line
+/// that passes one of them to an object itself (`CFLAGS_kcsan_test.o := $(CFLAGS_KCSAN)`, a
+/// directory's `ccflags-y`) instruments it whatever the mechanism's variables say. ftrace is not
+/// listed: its per-object and directory lines are the mechanism's own form. A mechanism missing
+/// here has no such variable (objtool, the KCSAN barrier and KMSAN check switches).
+pub static FLAG_CARRIERS: &[(&str, &[&str])] = &[
+    ("kasan", &["CFLAGS_KASAN", "RUSTFLAGS_KASAN"]),
+    ("kcsan", &["CFLAGS_KCSAN"]),
+    ("kcov", &["CFLAGS_KCOV"]),
+    ("ubsan", &["CFLAGS_UBSAN"]),
+    ("ubsan-signed-wrap", &["CFLAGS_UBSAN_SIGNED_WRAP"]),
+    ("kmsan", &["CFLAGS_KMSAN"]),
+    ("gcov", &["CFLAGS_GCOV"]),
+];
+
+impl MechId {
+    /// The flag variables of [`FLAG_CARRIERS`] for this mechanism (none for most of the rest).
+    pub fn flag_carriers(self) -> &'static [&'static str] {
+        FLAG_CARRIERS.iter().find(|(n, _)| *n == self.get().name).map_or(&[], |(_, v)| v)
+    }
+}
+
 /// How a mechanism is switched for one Cargo package.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RustForm {
@@ -334,6 +357,15 @@ mod tests {
         for m in MECHANISMS {
             assert!(m.name.chars().all(|c| c.is_ascii_lowercase() || c == '-'), "{}", m.name);
         }
+    }
+
+    #[test]
+    fn flag_carriers_name_mechanisms() {
+        for (name, vars) in FLAG_CARRIERS {
+            let id = MechId::by_name(name).unwrap_or_else(|| panic!("{name} is no mechanism"));
+            assert_eq!(id.flag_carriers(), *vars);
+        }
+        assert!(MechId::by_name("objtool").unwrap().flag_carriers().is_empty());
     }
 
     #[test]

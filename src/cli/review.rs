@@ -53,15 +53,45 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                 return EXIT_BAD_INPUT;
             }
         };
+        let outside = outside_lines(&e, tree);
         match args.format {
-            Format::Json => json.push(explain::to_json(&e, &inputs.policy)),
-            _ => out!("{}", explain::render_text(&e, &inputs.policy)),
+            Format::Json => {
+                let mut j = explain::to_json(&e, &inputs.policy);
+                if let Some(map) = j.as_object_mut() {
+                    let lines = outside.iter().map(
+                        |(at, l)| serde_json::json!({"mechanism": l.mech.get().name, "at": at, "line": l.describe()}),
+                    );
+                    map.insert("outside_policy".into(), serde_json::Value::Array(lines.collect()));
+                }
+                json.push(j)
+            }
+            _ => {
+                out!("{}", explain::render_text(&e, &inputs.policy));
+                for (at, l) in &outside {
+                    outln!("  {:<18} also decided outside the policy: {at}: {}", l.mech.get().name, l.describe());
+                }
+            }
         }
     }
     if args.format == Format::Json {
         outln!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
     }
     EXIT_OK
+}
+
+/// Lines of the object's kbuild file that pass or remove a mechanism's flags without its
+/// variables (`kbuild::outside`), each with `file:line` relative to the tree: what the
+/// mechanism's variables say is then not the whole answer.
+fn outside_lines(
+    e: &explain::Explanation,
+    tree: Option<&std::path::Path>,
+) -> Vec<(String, crate::kbuild::OutsideLine)> {
+    let Some(path) = e.kbuild_file.as_deref() else { return Vec::new() };
+    let Ok(text) = crate::makefile::read_kbuild(path) else { return Vec::new() };
+    let object = e.object.strip_prefix(&format!("{}/", e.kbuild_dir)).unwrap_or(&e.object);
+    let shown = tree.and_then(|t| path.strip_prefix(t).ok()).unwrap_or(path).display().to_string();
+    let file = crate::makefile::parse(&text);
+    crate::kbuild::affecting(&file, object).into_iter().map(|l| (format!("{shown}:{}", l.line), l)).collect()
 }
 
 /// An object as the user may type it, as the policy names it: `./mm/slub.o` and `mm/slub.c`

@@ -6,6 +6,7 @@ pub mod configs;
 pub mod dotconfig;
 pub mod eval;
 pub mod kconfig;
+pub mod outside;
 pub mod resolve;
 pub mod rules;
 mod source;
@@ -15,6 +16,7 @@ mod source;
 pub const ANY_OBJECT: &str = "sanpolicy-any-object.o";
 
 pub use eval::{Env, Evaluate, Oracle};
+pub use outside::{affecting, outside_lines, OutsideLine};
 pub use resolve::{evaluate, instrumented_env, DecidedBy, Evaluation};
 pub use rules::{Decision, DecisionKind, Naming, Rules, Term};
 pub use source::has_source;

@@ -14,8 +14,14 @@ use crate::policy::{Acknowledgement, Layout, Policy, Setting};
 const ACK_KEYS: &[&str] = &["code", "path", "mechanism", "why", "links"];
 
 /// Codes of findings a policy may acknowledge: facts about the tree, never drift or bad input.
-pub const ACKNOWLEDGEABLE: &[&str] =
-    &["missing-source", "recursion-prone", "unrepresentable", "unread-by-tree", "opaque-construct"];
+pub const ACKNOWLEDGEABLE: &[&str] = &[
+    "missing-source",
+    "recursion-prone",
+    "unrepresentable",
+    "unread-by-tree",
+    "opaque-construct",
+    "flags-outside-policy",
+];
 
 /// Parse the policy-wide keys of one file into `policy`; `main` says whether it is the policy
 /// itself (policy-wide keys are refused in an included file: they would apply to the includer).
