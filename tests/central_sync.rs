@@ -17,18 +17,7 @@ const CENTRAL: &str = "scripts/Makefile.sanpolicy";
 
 /// A tree with 6.12's rule files, `lib/a.c`, `lib/b.c` and `lib/Makefile` as given.
 fn tree(makefile: &str) -> tempfile::TempDir {
-    let dir = tempfile::Builder::new().prefix("sanpolicy-central-sync-").tempdir().unwrap();
-    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel-rules/linux-6.12/scripts");
-    fs::create_dir_all(dir.path().join("scripts")).unwrap();
-    fs::create_dir_all(dir.path().join("lib")).unwrap();
-    for f in ["Makefile.lib", "Makefile.build"] {
-        fs::copy(rules.join(f), dir.path().join("scripts").join(f)).unwrap();
-    }
-    for f in ["a.c", "b.c"] {
-        fs::write(dir.path().join("lib").join(f), "").unwrap();
-    }
-    fs::write(dir.path().join("lib/Makefile"), makefile).unwrap();
-    dir
+    fixture_tree::rules_tree("sanpolicy-central-sync-", makefile)
 }
 
 const MAKEFILE: &str = "obj-y := a.o b.o\n\n# A reason.\nKASAN_SANITIZE_a.o := n\n";

@@ -11,18 +11,7 @@ use fixture_tree::{run_in, Run};
 
 /// A tree with 6.12's rule files, `lib/a.c`, `lib/b.c` and `lib/Makefile` as given.
 fn tree(makefile: &str) -> tempfile::TempDir {
-    let dir = tempfile::Builder::new().prefix("sanpolicy-help-").tempdir().unwrap();
-    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel-rules/linux-6.12/scripts");
-    fs::create_dir_all(dir.path().join("scripts")).unwrap();
-    fs::create_dir_all(dir.path().join("lib")).unwrap();
-    for f in ["Makefile.lib", "Makefile.build"] {
-        fs::copy(rules.join(f), dir.path().join("scripts").join(f)).unwrap();
-    }
-    for f in ["a.c", "b.c"] {
-        fs::write(dir.path().join("lib").join(f), "").unwrap();
-    }
-    fs::write(dir.path().join("lib/Makefile"), makefile).unwrap();
-    dir
+    fixture_tree::rules_tree("sanpolicy-help-", makefile)
 }
 
 fn help(run: &Run) -> Vec<String> {

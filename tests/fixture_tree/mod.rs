@@ -233,3 +233,19 @@ pub fn errors(stderr: &str) -> Vec<(String, String)> {
     }
     out
 }
+
+/// A tree with 6.12's rule files, `lib/a.c`, `lib/b.c` and `lib/Makefile` as given.
+pub fn rules_tree(prefix: &str, makefile: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel-rules/linux-6.12/scripts");
+    fs::create_dir_all(dir.path().join("scripts")).unwrap();
+    fs::create_dir_all(dir.path().join("lib")).unwrap();
+    for f in ["Makefile.lib", "Makefile.build"] {
+        fs::copy(rules.join(f), dir.path().join("scripts").join(f)).unwrap();
+    }
+    for f in ["a.c", "b.c"] {
+        fs::write(dir.path().join("lib").join(f), "").unwrap();
+    }
+    fs::write(dir.path().join("lib/Makefile"), makefile).unwrap();
+    dir
+}
