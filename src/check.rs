@@ -368,14 +368,7 @@ fn opaque(
 ) -> Option<Diagnostic> {
     let read = rules.reads(id);
     let o = file.opaque.iter().find(|o| o.may_touch(id) || read.iter().any(|r| o.may_touch(*r)))?;
-    let dir = &req.path.kbuild_dir;
-    let path = plan
-        .files
-        .get(dir)
-        .map(|f| f.path.clone())
-        .or_else(|| tree.and_then(|t| kbuild_file(&t.join(dir))))
-        .unwrap_or_else(|| Path::new(dir).join("Makefile"));
-    let path = tree.and_then(|t| path.strip_prefix(t).ok()).unwrap_or(&path).to_path_buf();
+    let path = shown_path(&req.path.kbuild_dir, tree, plan);
     Some(
         Diagnostic::error(
             Code::OpaqueConstruct,
