@@ -97,12 +97,7 @@ pub fn read(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     if !before.is_file() {
         return Err(ReadError::NotRegular(describe(before.file_type())));
     }
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)
-        .map_err(classify)?;
-    read_open(file, limit)
+    read_listed(path, limit)
 }
 
 /// [`read`] for a path a directory listing just gave as a regular file (walkdir's entry type,
