@@ -53,6 +53,12 @@ pub struct Plan {
 /// blocks in directories the policy no longer names (they are removed); without it only the
 /// policy's own directories are read, which is what a fast drift check needs.
 pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: bool) -> Plan {
+    plan_tree_swept(policy, tree, rules, force, sweep.then(|| self::sweep(tree)))
+}
+
+/// [`plan_tree`] with the whole-tree sweep already made (or none), so that a caller can run it
+/// while it reads the policy.
+pub fn plan_tree_swept(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: Option<Sweep>) -> Plan {
     match policy.layout {
         Layout::InPlace => plan_in_place(policy, tree, rules, sweep),
         Layout::Block => plan_blocks(policy, tree, rules, force, sweep),
@@ -62,22 +68,24 @@ pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep
 
 /// The in-place layout: every directory the policy names, and with `sweep` every directory
 /// whose kbuild file holds a directive, reconciled line by line with its units.
-fn plan_in_place(policy: &Policy, tree: &Path, rules: &Rules, sweep: bool) -> Plan {
+fn plan_in_place(policy: &Policy, tree: &Path, rules: &Rules, sweep: Option<Sweep>) -> Plan {
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
     let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
     let mut dirs: BTreeMap<String, Vec<&Unit>> = by_dir.iter().map(|(d, u)| (d.to_string(), u.clone())).collect();
-    if sweep {
-        for dir in swept_dirs(tree, |d| by_dir.contains_key(d), &mut plan.diags) {
-            dirs.entry(dir).or_default();
-        }
+    let mut swept = swept_dirs(sweep, tree, |d| by_dir.contains_key(d), &mut plan.diags);
+    for dir in swept.keys() {
+        dirs.entry(dir.clone()).or_default();
     }
     for (dir, units) in &dirs {
         if conflicts(units, rules, &mut plan.diags) {
             continue;
         }
-        let Some((path, target, display, old)) = open_dir(&mut plan, &mut at, dir, units) else { continue };
-        let parsed = makefile::parse(&old);
+        let known = swept.remove(dir);
+        let Some((path, target, display, old, parsed)) = open_dir_known(&mut plan, &mut at, dir, units, known) else {
+            continue;
+        };
+        let parsed = parsed.unwrap_or_else(|| makefile::parse(&old));
         let reconciled = emit::inplace::reconcile(&old, &parsed, units, rules);
         plan.files.insert(dir.clone(), PlannedFile::new(path.clone(), reconciled.text.clone()));
         if !reconciled.edits.is_empty() {
@@ -92,6 +100,18 @@ fn plan_in_place(policy: &Policy, tree: &Path, rules: &Rules, sweep: bool) -> Pl
 /// A directory's kbuild file, ready to plan: its path, the file to write (symlinks inside the
 /// tree resolved), its name as shown, and its text; or the problem reported in `plan`.
 fn open_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit]) -> Option<(PathBuf, PathBuf, String, String)> {
+    open_dir_known(plan, at, dir, units, None).map(|(path, target, display, old, _)| (path, target, display, old))
+}
+
+/// [`open_dir`], taking the file's text and parse from the sweep (`known`) when the sweep read
+/// the very file planning opens, instead of reading and parsing it a second time.
+fn open_dir_known(
+    plan: &mut Plan,
+    at: &mut Site,
+    dir: &str,
+    units: &[&Unit],
+    known: Option<Swept>,
+) -> Option<(PathBuf, PathBuf, String, String, Option<KbuildFile>)> {
     let tree = at.tree;
     let unit_at = units.first().map(|u| u.location.clone());
     let dir_path = tree.join(dir);
@@ -118,8 +138,13 @@ fn open_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit]) -> Optio
             return None;
         }
     };
+    if let Some(Swept { path: swept, read: Some((old, parsed)) }) = known {
+        if swept == path {
+            return Some((path, target, display, old, Some(parsed)));
+        }
+    }
     match read_kbuild(&path) {
-        Ok(old) => Some((path, target, display, old)),
+        Ok(old) => Some((path, target, display, old, None)),
         Err(d) => {
             plan.diags.push(*d);
             None
@@ -132,7 +157,7 @@ fn open_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit]) -> Optio
 /// win over the directory's (see `emit::central`). Subsystem Makefiles are never written: each
 /// directory's planned text is its own file followed by its section of the central file, which
 /// is what Kbuild reads, so requirements and sources are judged on that.
-fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: bool) -> Plan {
+fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: Option<Sweep>) -> Plan {
     use crate::emit::central;
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
@@ -157,9 +182,7 @@ fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep:
     let sections = central::sections(&rendered).unwrap_or_default();
     let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
     let mut dirs: std::collections::BTreeSet<String> = by_dir.keys().map(|d| d.to_string()).collect();
-    if sweep {
-        dirs.extend(swept_dirs(tree, |d| by_dir.contains_key(d), &mut plan.diags));
-    }
+    dirs.extend(swept_dirs(sweep, tree, |d| by_dir.contains_key(d), &mut plan.diags).into_keys());
     for dir in &dirs {
         let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
         let Some((path, _, _, old)) = open_dir(&mut plan, &mut at, dir, units) else { continue };
@@ -218,7 +241,7 @@ fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep:
 }
 
 /// The block layout: one generated block per directory the policy names.
-fn plan_blocks(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: bool) -> Plan {
+fn plan_blocks(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: Option<Sweep>) -> Plan {
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
     let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
@@ -230,40 +253,68 @@ fn plan_blocks(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: 
     }
     // Blocks left in directories the policy no longer names are removed; the other files with
     // directives are read too, so that drift sees a hand-added line anywhere.
-    let swept = if sweep { swept_dirs(tree, |d| by_dir.contains_key(d), &mut plan.diags) } else { Default::default() };
-    for dir in swept.iter().filter(|d| !by_dir.contains_key(d.as_str())) {
+    let swept = swept_dirs(sweep, tree, |d| by_dir.contains_key(d), &mut plan.diags);
+    for dir in swept.keys().filter(|d| !by_dir.contains_key(d.as_str())) {
         plan_dir(&mut plan, &mut at, dir, &[], rules, force);
     }
     plan
 }
 
-/// Directories whose kbuild file (as Kbuild picks it) holds a directive or a generated block.
-/// A kbuild file the walk skipped (over the size bound, not a regular file) is a warning in
-/// `diags`: drift in it goes unseen. Not for the kbuild file of a directory the policy names
-/// (`named`): planning that directory refuses the file with an error.
+/// A directory's kbuild file as the sweep read it: its path, and its text parsed (on the walk's
+/// workers), unless it could not be decoded (planning reads it again and reports that).
+struct Swept {
+    path: PathBuf,
+    read: Option<(String, KbuildFile)>,
+}
+
+/// What the whole-tree sweep read: every directory whose kbuild file (as Kbuild picks it) holds
+/// a directive or a generated block, with that file; and the kbuild files it had to skip.
+pub struct Sweep {
+    dirs: BTreeMap<String, Swept>,
+    skipped: Diagnostics,
+}
+
+/// The sweep of `tree`: one parallel walk over its kbuild files, parsing those it keeps. It
+/// reads nothing of the policy, so it can run while the policy is read.
+pub fn sweep(tree: &Path) -> Sweep {
+    let mut needles = crate::mechanism::directive_words();
+    needles.push(BEGIN_MARKER);
+    let walk = makefile::walk_kbuild_files_with(tree, &needles, |path, bytes| {
+        let own = path.parent().and_then(kbuild_file).as_deref() == Some(path);
+        own.then(|| {
+            makefile::decode_kbuild(path, bytes).ok().map(|text| {
+                let parsed = makefile::parse(&text);
+                (text, parsed)
+            })
+        })
+    });
+    let mut dirs = BTreeMap::new();
+    for (path, read) in walk.files {
+        let Some(read) = read else { continue };
+        let Some(dir) = path.parent().and_then(|d| d.strip_prefix(tree).ok()) else { continue };
+        dirs.insert(dir.to_string_lossy().into_owned(), Swept { path, read });
+    }
+    Sweep { dirs, skipped: walk.skipped }
+}
+
+/// The directories of `sweep` (none without one). A kbuild file the walk skipped (over the
+/// size bound, not a regular file) is a warning in `diags`: drift in it goes unseen. Not for
+/// the kbuild file of a directory the policy names (`named`): planning that directory refuses
+/// the file with an error.
 fn swept_dirs(
+    sweep: Option<Sweep>,
     tree: &Path,
     named: impl Fn(&str) -> bool,
     diags: &mut Diagnostics,
-) -> std::collections::BTreeSet<String> {
-    let mut needles = crate::mechanism::directive_words();
-    needles.push(BEGIN_MARKER);
-    let walk = makefile::walk_kbuild_files(tree, &needles);
+) -> BTreeMap<String, Swept> {
+    let Some(Sweep { dirs, skipped }) = sweep else { return BTreeMap::new() };
     let refused_when_planned = |d: &Diagnostic| {
         let Some(path) = d.location.as_ref().map(|l| l.path.as_path()) else { return false };
         let dir = path.parent().and_then(|d| d.strip_prefix(tree).ok()).map(|d| d.to_string_lossy().into_owned());
         dir.is_some_and(|dir| named(&dir) && kbuild_file(&tree.join(&dir)).as_deref() == Some(path))
     };
-    diags.extend(Diagnostics(walk.skipped.0.into_iter().filter(|d| !refused_when_planned(d)).collect()));
-    let mut out = std::collections::BTreeSet::new();
-    for (path, _) in walk.files {
-        let Some(dir) = path.parent().and_then(|d| d.strip_prefix(tree).ok()) else { continue };
-        let dir = dir.to_string_lossy().into_owned();
-        if kbuild_file(&tree.join(&dir)).as_deref() == Some(path.as_path()) {
-            out.insert(dir);
-        }
-    }
-    out
+    diags.extend(Diagnostics(skipped.0.into_iter().filter(|d| !refused_when_planned(d)).collect()));
+    dirs
 }
 
 /// Units of one directory that set one Kbuild variable both ways under the same conditions:

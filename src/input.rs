@@ -114,6 +114,19 @@ pub fn read_listed(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     read_open(file, limit)
 }
 
+/// [`read_listed`] for the entry `name` of the directory open as `dir`: the name is looked up
+/// from that handle, not from the root again (a tree walk opens 3000 files 5 to 8 levels deep).
+pub fn read_listed_at(
+    dir: rustix::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    limit: u64,
+) -> Result<Vec<u8>, ReadError> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| classify(e.into()))?;
+    read_open(fs::File::from(fd), limit)
+}
+
 /// [`read`] for a file already opened: checked on the handle, read up to the bound.
 pub fn read_open(file: fs::File, limit: u64) -> Result<Vec<u8>, ReadError> {
     let meta = file.metadata().map_err(ReadError::Other)?;

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::context::{base_for, display, inputs, plan_with_snapshot, CommonArgs, Ui};
+use super::context::{base_for, display, inputs, plan_with_snapshot, start_sweep, CommonArgs, Sweeping, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
 use crate::check;
 use crate::diagnostic::{Code, Diagnostic, Location};
@@ -56,6 +56,7 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         common.policy = Some(policy.unwrap_or_else(|_| ws.join(super::gen_cargo::POLICY_IN_WORKSPACE)));
     }
     let with_tree = args.workspace.is_none() || args.common.tree.is_some();
+    let early = if with_tree { start_sweep(&common, defaults) } else { None };
     let Ok(inputs) = inputs(&common, defaults, with_tree, ui) else { return EXIT_BAD_INPUT };
     let config = match args.config.as_deref().map(super::dotconfig::read).transpose() {
         Ok(c) => c,
@@ -64,7 +65,7 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    let plan = plan_with_snapshot(&inputs, None, defaults, false, true);
+    let plan = plan_with_snapshot(&inputs, None, defaults, false, Sweeping::yes(early));
     let mut diags = plan.diags.clone();
     let base = base_for(&inputs);
     let tree = inputs.tree.as_deref();

@@ -113,9 +113,55 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
     Ok(Inputs { policy_path, tree, policy, rules })
 }
 
+/// Whether planning sweeps the whole tree for kbuild files holding directives, and whether that
+/// sweep is already under way.
+pub enum Sweeping {
+    No,
+    Yes,
+    Started(EarlySweep),
+}
+
+/// The sweep of a tree, started before the policy is read: the two are independent, and the
+/// walk is the longest part of a `--check`.
+pub struct EarlySweep {
+    tree: PathBuf,
+    handle: std::thread::JoinHandle<generate::Sweep>,
+}
+
+/// Start sweeping the tree the command will work on (as [`inputs`] finds it). Call it after
+/// taking the tree's lock: the sweep reads the tree.
+pub fn start_sweep(args: &CommonArgs, defaults: &Defaults) -> Option<EarlySweep> {
+    let tree = args.tree.clone().or_else(|| default_tree(defaults)).filter(|t| t.is_dir())?;
+    let walked = tree.clone();
+    Some(EarlySweep { tree, handle: std::thread::spawn(move || generate::sweep(&walked)) })
+}
+
+impl Sweeping {
+    /// `Yes`, using the early sweep when there is one.
+    pub fn yes(early: Option<EarlySweep>) -> Sweeping {
+        early.map_or(Sweeping::Yes, Sweeping::Started)
+    }
+
+    fn of(self, tree: &Path) -> Option<generate::Sweep> {
+        match self {
+            Sweeping::No => None,
+            Sweeping::Started(early) if early.tree == tree => {
+                Some(early.handle.join().unwrap_or_else(|_| generate::sweep(tree)))
+            }
+            Sweeping::Yes | Sweeping::Started(_) => Some(generate::sweep(tree)),
+        }
+    }
+}
+
 /// The plan of every generated file, the effective snapshot included (computed on the other
 /// core): what `gen-makefiles` writes and what drift is judged on.
-pub fn plan_with_snapshot(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: bool) -> Plan {
+pub fn plan_with_snapshot(
+    inputs: &Inputs,
+    out: Option<&Path>,
+    defaults: &Defaults,
+    force: bool,
+    sweep: Sweeping,
+) -> Plan {
     let (mut plan, snapshot) = std::thread::scope(|scope| {
         let snapshot = scope.spawn(|| effective_snapshot(inputs, out));
         let plan = plan_for(inputs, out, defaults, force, sweep);
@@ -149,9 +195,9 @@ pub fn base_for(inputs: &Inputs) -> crate::snapshot::Base {
     crate::snapshot::Base::parse(text.as_deref())
 }
 
-pub fn plan_for(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: bool) -> Plan {
+pub fn plan_for(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: Sweeping) -> Plan {
     match (&inputs.tree, out) {
-        (Some(tree), None) => generate::plan_tree(&inputs.policy, tree, &inputs.rules, force, sweep),
+        (Some(tree), None) => generate::plan_tree_swept(&inputs.policy, tree, &inputs.rules, force, sweep.of(tree)),
         (_, out) => {
             let out = out.unwrap_or(&defaults.out);
             let command = format!("{} gen-makefiles", defaults.program);

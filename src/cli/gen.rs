@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::context::{base_for, display, inputs, lock_tree, plan_with_snapshot, write, CommonArgs, Ui};
+use super::context::{
+    base_for, display, inputs, lock_tree, plan_with_snapshot, start_sweep, write, CommonArgs, Sweeping, Ui,
+};
 use super::{summary, Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
 use crate::diagnostic::Diagnostics;
 use crate::output;
@@ -38,6 +40,7 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let tree = args.common.tree.clone().or_else(|| super::context::default_tree(defaults));
     let tree = tree.filter(|_| !args.check && args.out.is_none());
     let Ok(lock) = lock_tree(tree.as_deref(), ui) else { return EXIT_BAD_INPUT };
+    let early = if args.out.is_none() { start_sweep(&args.common, defaults) } else { None };
     let Ok(inputs) = inputs(&args.common, defaults, args.out.is_none(), ui) else { return EXIT_BAD_INPUT };
     if args.strict {
         let placeholders = crate::check::placeholder_errors(&inputs.policy);
@@ -49,6 +52,7 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     // In-place, `--check` sees a hand-added line anywhere in the tree: it always sweeps.
     let sweep = !args.check || args.sweep || inputs.policy.layout == crate::policy::Layout::InPlace;
+    let sweep = if sweep { Sweeping::yes(early) } else { Sweeping::No };
     let plan = plan_with_snapshot(&inputs, args.out.as_deref(), defaults, args.force, sweep);
     let blocking = plan.diags.clone().sorted();
     if blocking.has_errors() {

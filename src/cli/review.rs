@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::context::{display, inputs, plan_for, CommonArgs, Ui};
+use super::context::{display, inputs, plan_for, CommonArgs, Sweeping, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::policy;
@@ -41,7 +41,7 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    let plan = inputs.tree.as_ref().map(|_| plan_for(&inputs, None, defaults, true, false));
+    let plan = inputs.tree.as_ref().map(|_| plan_for(&inputs, None, defaults, true, Sweeping::No));
     let mut json = Vec::new();
     for object in &args.objects {
         let object = &object_in_tree(object, inputs.tree.as_deref());

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::context::{base_for, display, inputs, lock_tree, plan_with_snapshot, write, CommonArgs, Ui};
+use super::context::{base_for, display, inputs, lock_tree, plan_with_snapshot, write, CommonArgs, Sweeping, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::output::Change;
@@ -83,7 +83,7 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         new: Some(synced.text.clone()),
     }];
     let synced_inputs = super::context::Inputs { policy, ..inputs };
-    let plan = plan_with_snapshot(&synced_inputs, None, defaults, false, false);
+    let plan = plan_with_snapshot(&synced_inputs, None, defaults, false, Sweeping::No);
     changes.extend(plan.changes.into_iter().filter(|c| c.display.ends_with(".effective.txt")));
     if args.check {
         let stale = changes.iter().any(|c| !c.is_noop());

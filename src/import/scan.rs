@@ -85,22 +85,23 @@ pub fn scan_edited(tree: &Path, rules: &Rules) -> Scan {
 fn scan_with(tree: &Path, rules: &Rules, edited: bool) -> Scan {
     let needles = needles();
     let mut out = Scan::default();
-    let mut units: Vec<ImportedUnit> = Vec::new();
-    // The units of each (directory, object, conditions), one per reason.
-    let mut index = UnitIndex::new();
-    let walk = makefile::walk_kbuild_files(tree, &needles);
-    let (files, read) = (walk.files, walk.read);
-    out.files_read = read;
+    let mut found = Found::default();
+    // Decoding and parsing run on the walk's workers, beside the reading.
+    let walk = makefile::walk_kbuild_files_with(tree, &needles, |path, bytes| {
+        let text = decode_kbuild(path, bytes)?;
+        let parsed = makefile::parse(&text);
+        Ok::<_, Box<Diagnostic>>((text, parsed, is_kbuild_file_of_dir(path)))
+    });
+    out.files_read = walk.read;
     out.diags.extend(walk.skipped);
-    for (path, bytes) in files {
-        let text = match decode_kbuild(&path, bytes) {
+    for (path, read) in walk.files {
+        let (text, parsed, of_dir) = match read {
             Ok(t) => t,
             Err(d) => {
                 out.diags.push(Diagnostic { severity: crate::diagnostic::Severity::Warning, ..*d });
                 continue;
             }
         };
-        let parsed = makefile::parse(&text);
         let dir = rel(tree, path.parent().unwrap_or(tree));
         if parsed.directives().next().is_some() {
             if let Some(d) =
@@ -114,8 +115,8 @@ fn scan_with(tree: &Path, rules: &Rules, edited: bool) -> Scan {
         for (i, d) in parsed.directives() {
             out.directives += 1;
             let a = &parsed.assignments[i];
-            if let Err(why) = representable(tree, &path, &parsed, a, d) {
-                if a.in_block && is_kbuild_file_of_dir(&path) {
+            if let Err(why) = representable(tree, (&path, of_dir), &parsed, a, d) {
+                if a.in_block && of_dir {
                     // A generated line that cannot be read back would vanish from the policy
                     // and from the block rewritten from it: refuse the run instead.
                     out.diags.push(
@@ -132,7 +133,7 @@ fn scan_with(tree: &Path, rules: &Rules, edited: bool) -> Scan {
                 );
                 continue;
             }
-            if take(tree, &dir, &parsed, i, &parsed, &mut units, &mut index) {
+            if take(tree, &dir, &parsed, i, &parsed, &mut found) {
                 taken.push(i);
             }
         }
@@ -140,10 +141,10 @@ fn scan_with(tree: &Path, rules: &Rules, edited: bool) -> Scan {
             out.taken.push(Taken { path, dir, text, parsed, assignments: taken });
         }
     }
-    stale(tree, rules, &units, &out.taken, &mut out.diags);
+    stale(tree, rules, &found.units, &out.taken, &mut out.diags);
     // Units stay in tree order (file, then first line), so an adopted block reads like the
     // lines it replaces.
-    out.units = units;
+    out.units = found.units;
     out
 }
 
@@ -171,13 +172,13 @@ fn unit_for(units: &[ImportedUnit], group: &[usize], mech: MechId, reason: Optio
 pub fn section_units(tree: &Path, dir: &str, section: &str, dir_text: &str) -> Vec<ImportedUnit> {
     let parsed = makefile::parse(section);
     let own = makefile::parse(dir_text);
-    let (mut units, mut index) = (Vec::new(), HashMap::new());
+    let mut found = Found::default();
     for (i, d) in parsed.directives() {
         if crate::makefile::unmodelled(&parsed.assignments[i], d).is_none() {
-            take(tree, dir, &parsed, i, &own, &mut units, &mut index);
+            take(tree, dir, &parsed, i, &own, &mut found);
         }
     }
-    units
+    found.units
 }
 
 /// Every section of the central layout's file (`central_text`, as read from the tree), as
@@ -196,20 +197,21 @@ pub fn central_units(tree: &Path, central_text: &str) -> Option<Vec<ImportedUnit
     Some(out)
 }
 
-/// The units of each (directory, object, conditions), one per reason: indices into the units.
-type UnitIndex = HashMap<(String, Option<String>, Vec<String>), Vec<usize>>;
+/// The units taken so far, and what taking them needs again.
+#[derive(Default)]
+struct Found {
+    units: Vec<ImportedUnit>,
+    /// The units of each (directory, object, conditions), one per reason: indices into `units`.
+    index: HashMap<(String, Option<String>, Vec<String>), Vec<usize>>,
+    /// Each architecture's top Makefile, parsed once (`None` when unreadable): where `$(BITS)`
+    /// gets its values for every object that spells it.
+    arch: HashMap<String, Option<KbuildFile>>,
+}
 
 /// Add directive `i` of `parsed` (in `dir`) to the unit for its object and conditions, its
 /// comment as a reason; false when it is not a plain skip/force.
-fn take(
-    tree: &Path,
-    dir: &str,
-    parsed: &KbuildFile,
-    i: usize,
-    vars_from: &KbuildFile,
-    units: &mut Vec<ImportedUnit>,
-    index: &mut UnitIndex,
-) -> bool {
+fn take(tree: &Path, dir: &str, parsed: &KbuildFile, i: usize, vars_from: &KbuildFile, found: &mut Found) -> bool {
+    let Found { units, index, arch } = found;
     let a = &parsed.assignments[i];
     let Some(d) = makefile::classify(a) else { return false };
     let dir = dir.to_string();
@@ -251,7 +253,7 @@ fn take(
     }
     if let Some(o) = &d.object {
         for var in crate::policy::make_variables(o) {
-            let values = variable_values(tree, &dir, vars_from, &var);
+            let values = variable_values(tree, &dir, vars_from, &var, arch);
             unit.vars.insert(var, values);
         }
     }
@@ -307,10 +309,17 @@ fn rel(tree: &Path, path: &Path) -> String {
     path.strip_prefix(tree).unwrap_or(path).to_string_lossy().into_owned()
 }
 
-/// Why a directive cannot become a policy unit, or Ok.
-fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, d: &Directive) -> Result<(), String> {
+/// Why a directive cannot become a policy unit, or Ok. `file` is the kbuild file's path and
+/// whether it is its directory's kbuild file (looked up once per file, not per line).
+fn representable(
+    tree: &Path,
+    (path, of_dir): (&Path, bool),
+    parsed: &KbuildFile,
+    a: &Assignment,
+    d: &Directive,
+) -> Result<(), String> {
     let dir = path.parent().unwrap_or(tree);
-    if kbuild_file(dir).as_deref() != Some(path) {
+    if !of_dir {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         return Err(if name == "Makefile" {
             "a `Kbuild` file shadows this Makefile, so Kbuild never reads it".into()
@@ -358,15 +367,23 @@ fn representable(tree: &Path, path: &Path, parsed: &KbuildFile, a: &Assignment, 
 }
 
 /// Values a make variable takes: assignments in the same file, else in the architecture's
-/// top Makefile (`BITS := 32` / `BITS := 64` in `arch/x86/Makefile`).
-fn variable_values(tree: &Path, dir: &str, parsed: &KbuildFile, var: &str) -> Vec<String> {
+/// top Makefile (`BITS := 32` / `BITS := 64` in `arch/x86/Makefile`), read once into `arches`.
+fn variable_values(
+    tree: &Path,
+    dir: &str,
+    parsed: &KbuildFile,
+    var: &str,
+    arches: &mut HashMap<String, Option<KbuildFile>>,
+) -> Vec<String> {
     let mut values = assigned_values(parsed, var);
     if values.is_empty() {
         if let Some(arch) = dir.strip_prefix("arch/").and_then(|r| r.split('/').next()) {
-            if let Ok(t) =
-                crate::input::read_to_string(&tree.join("arch").join(arch).join("Makefile"), crate::input::KBUILD_LIMIT)
-            {
-                values = assigned_values(&makefile::parse(&t), var);
+            let top = arches.entry(arch.to_string()).or_insert_with(|| {
+                let path = tree.join("arch").join(arch).join("Makefile");
+                crate::input::read_to_string(&path, crate::input::KBUILD_LIMIT).ok().map(|t| makefile::parse(&t))
+            });
+            if let Some(top) = top {
+                values = assigned_values(top, var);
             }
         }
     }

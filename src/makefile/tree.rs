@@ -3,7 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use walkdir::WalkDir;
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fd::OwnedFd;
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::input::{self, KBUILD_LIMIT};
@@ -29,10 +32,11 @@ pub fn read_kbuild_files(tree: &Path, needles: &[&str]) -> (Vec<(PathBuf, Vec<u8
 }
 
 /// What a walk over a tree's kbuild files found.
-#[derive(Debug, Default)]
-pub struct Walk {
-    /// Kbuild files holding one of the needles, with their bytes, sorted by path.
-    pub files: Vec<(PathBuf, Vec<u8>)>,
+#[derive(Debug)]
+pub struct Walk<T = Vec<u8>> {
+    /// Kbuild files holding one of the needles, with what the walk made of their bytes, sorted
+    /// by path.
+    pub files: Vec<(PathBuf, T)>,
     /// How many kbuild files were read.
     pub read: usize,
     /// One warning per file skipped: larger than [`KBUILD_LIMIT`], or no longer a regular file
@@ -40,72 +44,185 @@ pub struct Walk {
     pub skipped: Diagnostics,
 }
 
-/// [`read_kbuild_files`] with the files it skipped. The tree is split at its second level and
-/// walked by one walkdir per piece on every core, since a kernel tree has ~90k entries.
+/// [`read_kbuild_files`] with the files it skipped.
 pub fn walk_kbuild_files(tree: &Path, needles: &[&str]) -> Walk {
+    walk_kbuild_files_with(tree, needles, |_, bytes| bytes)
+}
+
+/// A directory waiting in the walk's queue.
+enum Job {
+    /// Listed by itself: its subdirectories become [`Job::Whole`] jobs of their own.
+    Split(PathBuf),
+    /// Walked to the bottom by one worker.
+    Whole(PathBuf),
+    /// The tree's own kbuild files, read by path.
+    Files(Vec<PathBuf>),
+}
+
+/// [`walk_kbuild_files`], with each wanted file's bytes turned into a `T` by `map` on the
+/// worker that read it, so that parsing runs on every core beside the reading.
+///
+/// A kernel tree has ~90k entries and its walk is bound by system calls, so every core walks:
+/// the top-level directories are listed by the workers (each subdirectory becoming a job of its
+/// own), then the subdirectories are walked whole. Splitting goes first in the queue, so no
+/// worker runs dry while another still lists `drivers/`. Below a job's directory, names are
+/// opened from their directory's handle (never through a symlink), not looked up from the root.
+pub fn walk_kbuild_files_with<T: Send>(
+    tree: &Path,
+    needles: &[&str],
+    map: impl Fn(&Path, Vec<u8>) -> T + Sync,
+) -> Walk<T> {
     let skipped = std::sync::Mutex::new(Diagnostics::default());
     let finders: Vec<memchr::memmem::Finder> =
         needles.iter().map(|n| memchr::memmem::Finder::new(n.as_bytes())).collect();
     let read = std::sync::atomic::AtomicUsize::new(0);
-    let wanted = |bytes: &[u8]| {
+    let take = |path: PathBuf, bytes: Result<Vec<u8>, input::ReadError>, out: &mut Vec<(PathBuf, T)>| {
+        let Ok(bytes) = read_noted(&path, bytes, &skipped) else { return };
         read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        finders.is_empty() || finders.iter().any(|f| f.find(bytes).is_some())
-    };
-    let mut shallow = Vec::new();
-    let mut pieces = Vec::new();
-    let top = WalkDir::new(tree)
-        .max_depth(2)
-        .into_iter()
-        .filter_entry(|e| e.depth() != 1 || !SKIPPED_TOP.contains(&e.file_name().to_str().unwrap_or("")));
-    for entry in top.filter_map(Result::ok) {
-        if entry.depth() == 2 && entry.file_type().is_dir() {
-            pieces.push(entry.into_path());
-        } else if entry.file_type().is_file() && entry.file_name().to_str().is_some_and(is_kbuild_name) {
-            shallow.push(entry.into_path());
+        if finders.is_empty() || finders.iter().any(|f| f.find(&bytes).is_some()) {
+            let value = map(&path, bytes);
+            out.push((path, value));
         }
+    };
+    let queue = std::sync::Mutex::new(std::collections::VecDeque::new());
+    let push = |job: Job| {
+        if let Ok(mut q) = queue.lock() {
+            q.push_back(job);
+        }
+    };
+    // The tree itself is only listed here: its files are read by a worker, like the rest.
+    let mut top_files = Vec::new();
+    let mut top = |entry: Entry| match entry {
+        Entry::Dir(_, path) if !path.file_name().is_some_and(|n| SKIPPED_TOP.iter().any(|s| n == *s)) => {
+            push(Job::Split(path))
+        }
+        Entry::Dir(..) => {}
+        Entry::File(path, _) => top_files.push(path),
+    };
+    if let Some(fd) = open_dir_path(tree) {
+        list(fd, tree, 0, &mut top);
     }
-    let queue = std::sync::Mutex::new(pieces);
+    push(Job::Files(top_files));
+    let next = || queue.lock().ok().and_then(|mut q| q.pop_front());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let mut found: Vec<(PathBuf, Vec<u8>)> = std::thread::scope(|scope| {
+    let mut found = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 scope.spawn(|| {
                     let mut out = Vec::new();
-                    while let Some(dir) = queue.lock().ok().and_then(|mut q| q.pop()) {
-                        for entry in WalkDir::new(dir).into_iter().filter_map(Result::ok) {
-                            if entry.file_type().is_file() && entry.file_name().to_str().is_some_and(is_kbuild_name) {
-                                if let Ok(bytes) = read_bounded(entry.path(), &skipped) {
-                                    if wanted(&bytes) {
-                                        out.push((entry.into_path(), bytes));
-                                    }
+                    while let Some(job) = next() {
+                        let dir = match &job {
+                            Job::Split(dir) | Job::Whole(dir) => dir,
+                            Job::Files(paths) => {
+                                for path in paths {
+                                    take(path.clone(), input::read_listed(path, KBUILD_LIMIT), &mut out);
                                 }
+                                continue;
                             }
+                        };
+                        let Some(fd) = open_dir_path(dir) else { continue };
+                        let whole = matches!(job, Job::Whole(_));
+                        let mut visit = |entry: Entry| match entry {
+                            Entry::Dir(..) if whole => unreachable!("list() descends itself"),
+                            Entry::Dir(_, path) => push(Job::Whole(path)),
+                            Entry::File(path, read) => take(path, read(), &mut out),
+                        };
+                        if whole {
+                            walk(fd, dir, 0, &mut visit);
+                        } else {
+                            list(fd, dir, 0, &mut visit);
                         }
                     }
                     out
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect::<Vec<_>>()
     });
-    for path in shallow {
-        if let Ok(bytes) = read_bounded(&path, &skipped) {
-            if wanted(&bytes) {
-                found.push((path, bytes));
-            }
-        }
-    }
     found.sort_by(|a, b| a.0.cmp(&b.0));
     let mut skipped = skipped.into_inner().unwrap_or_default();
     skipped.0.sort_by(|a, b| a.location.as_ref().map(|l| &l.path).cmp(&b.location.as_ref().map(|l| &l.path)));
     Walk { files: found, read: read.into_inner(), skipped }
 }
 
-/// A walked file's bytes through [`crate::input`]; a file that cannot be read that way is noted
-/// in `skipped` (a file that vanished since the directory was listed is not worth a warning).
-fn read_bounded(path: &Path, skipped: &std::sync::Mutex<Diagnostics>) -> Result<Vec<u8>, ()> {
-    // Only paths the walk listed as regular files come here.
-    input::read_listed(path, KBUILD_LIMIT).map_err(|e| {
+/// What listing a directory gives the walk: a subdirectory (open, never through a symlink), or
+/// a kbuild file read through its directory's handle.
+enum Entry<'a> {
+    Dir(OwnedFd, PathBuf),
+    /// The file's path and how to read it (through the handle of the directory being listed).
+    File(PathBuf, &'a dyn Fn() -> Result<Vec<u8>, input::ReadError>),
+}
+
+/// Directories deeper than this below a job are opened by path, their parents' handles closed:
+/// the walk never holds more than this many handles per worker, however deep a tree goes.
+const HANDLE_DEPTH: usize = 32;
+
+/// The directory at `path`, opened by path (a symlink there is followed, as for the tree
+/// itself); `None` when it cannot be opened, which the walk passes over as walkdir did.
+fn open_dir_path(path: &Path) -> Option<OwnedFd> {
+    rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok()
+}
+
+/// Every entry of the directory open as `fd` (at `path`, `depth` below its job) that the walk
+/// wants, in listing order: subdirectories and kbuild files. Symlinks are not followed: a
+/// listed directory is opened with `O_NOFOLLOW`, and an entry the listing calls a symlink is
+/// neither a directory nor a file here. An unreadable entry is passed over, as walkdir did.
+fn list(fd: OwnedFd, path: &Path, depth: usize, visit: &mut dyn FnMut(Entry)) {
+    let Ok(mut dir) = Dir::new(fd) else { return };
+    let mut deep = Vec::new();
+    while let Some(Ok(entry)) = dir.read() {
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let Ok(handle) = dir.fd() else { return };
+        let kind = match entry.file_type() {
+            FileType::Unknown => match rustix::fs::statat(handle, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => FileType::from_raw_mode(st.st_mode),
+                Err(_) => continue,
+            },
+            kind => kind,
+        };
+        let child = path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        match kind {
+            FileType::Directory if depth >= HANDLE_DEPTH => deep.push(child),
+            FileType::Directory => {
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                if let Ok(sub) = rustix::fs::openat(handle, name, flags, Mode::empty()) {
+                    visit(Entry::Dir(sub, child));
+                }
+            }
+            FileType::RegularFile if std::str::from_utf8(name.to_bytes()).is_ok_and(is_kbuild_name) => {
+                visit(Entry::File(child, &|| input::read_listed_at(handle, name, KBUILD_LIMIT)))
+            }
+            _ => {}
+        }
+    }
+    drop(dir);
+    for child in deep {
+        if let Some(sub) = open_dir_path(&child) {
+            visit(Entry::Dir(sub, child));
+        }
+    }
+}
+
+/// [`list`] down to the bottom: each subdirectory is walked where it is listed.
+fn walk(fd: OwnedFd, path: &Path, depth: usize, visit: &mut dyn FnMut(Entry)) {
+    list(fd, path, depth, &mut |entry| match entry {
+        Entry::Dir(sub, child) => walk(sub, &child, depth + 1, visit),
+        file => visit(file),
+    });
+}
+
+/// A walked file's bytes as [`crate::input`] read them; a file that could not be read that way
+/// is noted in `skipped` (a file that vanished since the directory was listed is not worth a
+/// warning).
+fn read_noted(
+    path: &Path,
+    bytes: Result<Vec<u8>, input::ReadError>,
+    skipped: &std::sync::Mutex<Diagnostics>,
+) -> Result<Vec<u8>, ()> {
+    bytes.map_err(|e| {
         if !e.is_missing() {
             let warning = Diagnostic::warning(Code::Io, format!("skipped `{}`: it {e}", path.display()))
                 .at(Location::file(path))
@@ -131,5 +248,51 @@ mod tests {
         for n in ["Makefile~", "foo.c", "Kconfig"] {
             assert!(!is_kbuild_name(n), "{n}");
         }
+    }
+
+    /// The walk finds every kbuild file however deep (past the depth where handles are given
+    /// up for paths), skips the top-level directories that hold no kernel Kbuild rules, follows
+    /// no symlink (to a directory or to a file), and gives each kept file to `map`.
+    #[test]
+    fn a_walk_reaches_every_depth_and_follows_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let write = |rel: &str, text: &str| {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        write("Makefile", "KASAN_SANITIZE_top.o := n\n");
+        write("a/Makefile", "KASAN_SANITIZE_a.o := n\n");
+        write("a/b/Kbuild", "obj-y += b.o\n");
+        let deep: String = (0..HANDLE_DEPTH + 8).map(|i| format!("d{i}/")).collect();
+        write(&format!("a/{deep}Makefile"), "KASAN_SANITIZE_deep.o := n\n");
+        write("tools/Makefile", "KASAN_SANITIZE_tools.o := n\n");
+        write("Documentation/Makefile", "KASAN_SANITIZE_doc.o := n\n");
+        std::os::unix::fs::symlink(root.join("a"), root.join("linked")).unwrap();
+        std::fs::create_dir(root.join("c")).unwrap();
+        std::os::unix::fs::symlink(root.join("a/Makefile"), root.join("c/Makefile")).unwrap();
+        let walk = walk_kbuild_files_with(root, &["KASAN_SANITIZE"], |path, bytes| (path.to_path_buf(), bytes.len()));
+        let found: Vec<String> =
+            walk.files.iter().map(|(p, _)| p.strip_prefix(root).unwrap().display().to_string()).collect();
+        assert_eq!(found, ["Makefile", "a/Makefile", &format!("a/{deep}Makefile")]);
+        assert!(walk.files.iter().all(|(p, (mapped, len))| p == mapped && *len > 0));
+        // Read: the three above and a/b/Kbuild (no needle); not tools/, Documentation/ or links.
+        assert_eq!(walk.read, 4);
+        assert!(walk.skipped.is_empty());
+    }
+
+    /// A FIFO named like a kbuild file is passed over by its listed type: never opened, so the
+    /// walk cannot block on it.
+    #[test]
+    fn a_walk_skips_a_fifo_with_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("k")).unwrap();
+        let fifo = dir.path().join("k/Makefile");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
+        let walk = walk_kbuild_files(dir.path(), &[]);
+        assert!(walk.files.is_empty());
+        assert_eq!(walk.read, 0);
+        assert!(walk.skipped.is_empty(), "a FIFO is not listed as a regular file, so it is not even opened");
     }
 }
