@@ -99,7 +99,7 @@ pub fn walk_kbuild_files_with<T: Send>(
         Entry::Dir(..) => {}
         Entry::File(path, _) => top_files.push(path),
     };
-    if let Some(fd) = open_dir_path(tree) {
+    if let Some(fd) = open_dir_path(tree, true) {
         list(fd, tree, 0, &mut top);
     }
     push(Job::Files(top_files));
@@ -120,7 +120,7 @@ pub fn walk_kbuild_files_with<T: Send>(
                                 continue;
                             }
                         };
-                        let Some(fd) = open_dir_path(dir) else { continue };
+                        let Some(fd) = open_dir_path(dir, false) else { continue };
                         let whole = matches!(job, Job::Whole(_));
                         let mut visit = |entry: Entry| match entry {
                             Entry::Dir(..) if whole => unreachable!("list() descends itself"),
@@ -154,13 +154,17 @@ enum Entry<'a> {
 }
 
 /// Directories deeper than this below a job are opened by path, their parents' handles closed:
-/// the walk never holds more than this many handles per worker, however deep a tree goes.
-const HANDLE_DEPTH: usize = 32;
+/// the walk never holds more than this many handles per worker, however deep a tree goes (a
+/// kernel tree is at most 7 levels deep below its second level).
+const HANDLE_DEPTH: usize = 8;
 
-/// The directory at `path`, opened by path (a symlink there is followed, as for the tree
-/// itself); `None` when it cannot be opened, which the walk passes over as walkdir did.
-fn open_dir_path(path: &Path) -> Option<OwnedFd> {
-    rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok()
+/// The directory at `path`, opened by path; `None` when it cannot be opened, which the walk
+/// passes over as walkdir did. Only the tree itself may be a symlink (`follow`): every other
+/// directory was listed as one, and a symlink swapped in since is not followed.
+fn open_dir_path(path: &Path, follow: bool) -> Option<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let flags = if follow { flags } else { flags | OFlags::NOFOLLOW };
+    rustix::fs::open(path, flags, Mode::empty()).ok()
 }
 
 /// Every entry of the directory open as `fd` (at `path`, `depth` below its job) that the walk
@@ -188,8 +192,12 @@ fn list(fd: OwnedFd, path: &Path, depth: usize, visit: &mut dyn FnMut(Entry)) {
             FileType::Directory if depth >= HANDLE_DEPTH => deep.push(child),
             FileType::Directory => {
                 let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                if let Ok(sub) = rustix::fs::openat(handle, name, flags, Mode::empty()) {
-                    visit(Entry::Dir(sub, child));
+                match rustix::fs::openat(handle, name, flags, Mode::empty()) {
+                    Ok(sub) => visit(Entry::Dir(sub, child)),
+                    // Out of handles (a low `ulimit -n`): opened by path once this one is closed,
+                    // rather than silently left out.
+                    Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) => deep.push(child),
+                    Err(_) => {}
                 }
             }
             FileType::RegularFile if std::str::from_utf8(name.to_bytes()).is_ok_and(is_kbuild_name) => {
@@ -200,7 +208,7 @@ fn list(fd: OwnedFd, path: &Path, depth: usize, visit: &mut dyn FnMut(Entry)) {
     }
     drop(dir);
     for child in deep {
-        if let Some(sub) = open_dir_path(&child) {
+        if let Some(sub) = open_dir_path(&child, false) {
             visit(Entry::Dir(sub, child));
         }
     }
