@@ -137,7 +137,8 @@ pub fn walk_kbuild_files_with<T: Send>(
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect::<Vec<_>>()
+        // A worker that panicked (a bug) must not pass for one that found nothing.
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect::<Vec<_>>()
     });
     found.sort_by(|a, b| a.0.cmp(&b.0));
     let mut skipped = skipped.into_inner().unwrap_or_default();
