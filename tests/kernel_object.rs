@@ -137,7 +137,7 @@ fn rust_build_error_is_what_make_says() {
         Some("$(obj)/build_error.o: private is-kernel-object := y"),
         "the line this test is about"
     );
-    for allow in ["y", ""] {
+    for allow in ["", "y"] {
         let config = [
             ("CONFIG_RUST", "y"),
             ("CONFIG_RUST_BUILD_ASSERT_ALLOW", allow),
