@@ -366,8 +366,7 @@ fn opaque(
     tree: Option<&Path>,
     plan: &Plan,
 ) -> Option<Diagnostic> {
-    let read = rules.reads(id);
-    let o = file.opaque.iter().find(|o| o.may_touch(id) || read.iter().any(|r| o.may_touch(*r)))?;
+    let o = file.opaque.iter().find(|o| rules.opaque_may_change(o, id))?;
     let path = shown_path(&req.path.kbuild_dir, tree, plan);
     Some(
         Diagnostic::error(

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::dotconfig::DotConfig;
 use super::eval::{Env, Evaluate};
-use super::resolve::{evaluate, DecidedBy, Evaluation};
+use super::resolve::{evaluate_as, DecidedBy, Evaluation};
 use super::rules::Rules;
 use crate::makefile::{CondKind, Condition, Event, KbuildFile};
 use crate::mechanism::{Form, MechId, MECHANISMS};
@@ -320,16 +320,33 @@ impl<'f> Prepared<'f> {
     }
 
     /// Whether `object` is linked into vmlinux or a module under the `.config` (`None` without one).
+    /// A target-specific `is-kernel-object` decides it when it applies (`rust/Makefile:450`).
     pub fn kernel_object(&mut self, object: &str) -> Option<bool> {
         self.config?;
         let env = self.run(None, Vec::new());
-        Some(is_kernel_object(env, object))
+        Some(!kernel_value(env, object, is_kernel_object(env, object)).is_empty())
     }
 
-    /// The objects linked into vmlinux or a module under the `.config` (`None` without one).
+    /// The line of a target-specific `is-kernel-object` for `object`: with a `.config`, the one
+    /// that applies in that build; without, the last one naming it (it applies where its
+    /// conditions hold).
+    pub fn kernel_object_line(&mut self, object: &str) -> Option<usize> {
+        if self.config.is_some() {
+            return self.run(None, Vec::new()).kernel_object_of(object).map(|(_, line)| line);
+        }
+        self.file.kernel_object_lines.iter().rev().find(|t| t.objects.iter().any(|o| o == object)).map(|t| t.line)
+    }
+
+    /// The objects linked into vmlinux or a module under the `.config`, and those a
+    /// target-specific `is-kernel-object` makes kernel objects (`None` without a `.config`).
     pub fn kernel_objects(&mut self) -> Option<Vec<String>> {
         self.config?;
-        Some(kernel_objects(self.run(None, Vec::new())))
+        let env = self.run(None, Vec::new());
+        let mut out = kernel_objects(env);
+        out.extend(env.kernel_object_targets().filter(|(_, v)| !v.is_empty()).map(|(o, _)| o.to_string()));
+        out.sort();
+        out.dedup();
+        Some(out)
     }
 
     fn enumerate(
@@ -360,7 +377,7 @@ impl<'f> Prepared<'f> {
                 Some(config) => {
                     let kernel = {
                         let env = self.run(None, Vec::new());
-                        objects.iter().map(|o| is_kernel_object(env, o)).collect::<Vec<_>>()
+                        objects.iter().map(|o| kernel_value(env, o, is_kernel_object(env, o))).collect::<Vec<_>>()
                     };
                     let configured = !config.get(mech.config).is_empty();
                     let env = self.run(None, Vec::new());
@@ -369,7 +386,7 @@ impl<'f> Prepared<'f> {
                         .zip(kernel)
                         .filter_map(|(o, k)| {
                             let eval = if configured {
-                                evaluate(rules, id, o, env, k)?
+                                evaluate_as(rules, id, o, env, &k)?
                             } else {
                                 Evaluation {
                                     on: false,
@@ -385,7 +402,7 @@ impl<'f> Prepared<'f> {
                     let env = self.run(Some(mech.config), assignment.clone());
                     objects
                         .iter()
-                        .filter_map(|o| evaluate(rules, id, o, env, kernel_object))
+                        .filter_map(|o| evaluate_as(rules, id, o, env, &kernel_value(env, o, kernel_object)))
                         .map(|eval| Outcome { symbols: assignment.clone(), eval })
                         .collect()
                 }
@@ -462,6 +479,16 @@ impl<'f> Prepared<'f> {
                 enqueue(var, &mut todo);
             }
         }
+        // A target-specific `is-kernel-object` naming the object: its conditions and value.
+        if rules.decision(id).is_some_and(|d| d.reads_kernel_object()) {
+            for (t, conditions) in file.kernel_object_lines.iter().zip(target_guards(file)) {
+                if t.objects.iter().any(|o| naming.stem(o) == stem) {
+                    let mut refs = usage.text(&t.value);
+                    conditions.iter().for_each(|c| refs.extend(usage.condition(c)));
+                    refs.into_iter().for_each(|var| enqueue(var, &mut todo));
+                }
+            }
+        }
         let guards = self.guards.get_or_insert_with(|| guards_of(file));
         let mut seen: BTreeSet<usize> = BTreeSet::new();
         while let Some(i) = todo.pop() {
@@ -525,6 +552,25 @@ fn guards_of(file: &KbuildFile) -> Vec<Vec<Condition>> {
                 stack.pop();
             }
             Event::Assign(i) | Event::Undefine(i) => out[*i] = stack.iter().flatten().cloned().collect(),
+            Event::Target(_) => {}
+        }
+    }
+    out
+}
+
+/// [`guards_of`] for the file's target-specific `is-kernel-object` lines.
+fn target_guards(file: &KbuildFile) -> Vec<Vec<Condition>> {
+    let mut out = vec![Vec::new(); file.kernel_object_lines.len()];
+    let mut stack: Vec<Vec<Condition>> = Vec::new();
+    for event in &file.events {
+        match event {
+            Event::If(c) => stack.push(vec![c.clone()]),
+            Event::Else(Some(c)) => stack.last_mut().into_iter().for_each(|l| l.push(c.clone())),
+            Event::Endif => {
+                stack.pop();
+            }
+            Event::Target(i) => out[*i] = stack.iter().flatten().cloned().collect(),
+            Event::Else(None) | Event::Assign(_) | Event::Undefine(_) => {}
         }
     }
     out
@@ -622,6 +668,16 @@ pub(crate) fn references(text: &str) -> Vec<String> {
 /// [`ANY_OBJECT`](super::ANY_OBJECT), standing for any object of the directory, is one.
 fn is_kernel_object(env: &Env, object: &str) -> bool {
     object == super::ANY_OBJECT || kernel_objects(env).iter().any(|o| o == object)
+}
+
+/// What `$(is-kernel-object)` gives for `object` in a run: a target-specific value that the run
+/// set, else Kbuild's own (`y` when `listed` in `obj-y`/`obj-m`/`lib-y`, else nothing).
+fn kernel_value(env: &Env, object: &str, listed: bool) -> String {
+    match env.kernel_object_of(object) {
+        Some((value, _)) => value.to_string(),
+        None if listed => "y".into(),
+        None => String::new(),
+    }
 }
 
 /// `real-obj-y`, `real-obj-m` and `lib-y` of a run: composite objects replaced by their parts

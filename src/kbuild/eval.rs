@@ -19,6 +19,8 @@ struct Var {
 #[derive(Debug, Clone, Default)]
 pub struct Env {
     vars: HashMap<String, Var>,
+    /// Target-specific `is-kernel-object` values by object: (value, 1-based line); later lines win.
+    kernel_object: HashMap<String, (String, usize)>,
 }
 
 /// Decides each conditional: by evaluating it, or by a chosen truth value (for "every config").
@@ -40,7 +42,7 @@ impl Env {
     pub fn with(preset: impl IntoIterator<Item = (String, String)>) -> Env {
         let vars =
             preset.into_iter().map(|(k, v)| (k, Var { value: v, recursive: false, overridden: false })).collect();
-        Env { vars }
+        Env { vars, kernel_object: HashMap::new() }
     }
 
     pub fn set(&mut self, name: &str, value: &str) {
@@ -86,7 +88,15 @@ impl Env {
                         self.vars.remove(name.trim());
                     }
                 }
-                Event::Assign(_) | Event::Undefine(_) => {}
+                Event::Target(i) if active(&stack) => {
+                    let t = &file.kernel_object_lines[*i];
+                    // Kbuild reads it when compiling; its references are `CONFIG_`s, fixed in a run.
+                    let value = self.expand(&t.value);
+                    for o in &t.objects {
+                        self.kernel_object.insert(o.clone(), (value.clone(), t.line));
+                    }
+                }
+                Event::Assign(_) | Event::Undefine(_) | Event::Target(_) => {}
             }
         }
     }
@@ -120,6 +130,17 @@ impl Env {
                 self.vars.insert(name, Var { value: String::new(), recursive: false, overridden: false });
             }
         }
+    }
+
+    /// The target-specific `is-kernel-object` of `object` (relative to the directory), if a
+    /// line run set one: its value and line.
+    pub fn kernel_object_of(&self, object: &str) -> Option<(&str, usize)> {
+        self.kernel_object.get(object).map(|(v, l)| (v.as_str(), *l))
+    }
+
+    /// Every object a target-specific `is-kernel-object` was set for, with its value.
+    pub fn kernel_object_targets(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.kernel_object.iter().map(|(o, (v, _))| (o.as_str(), v.as_str()))
     }
 
     /// The expanded value of a variable (empty when undefined).

@@ -17,6 +17,6 @@ pub const ANY_OBJECT: &str = "sanpolicy-any-object.o";
 
 pub use eval::{Env, Evaluate, Oracle};
 pub use outside::{affecting, outside_lines, OutsideLine};
-pub use resolve::{evaluate, instrumented_env, DecidedBy, Evaluation};
+pub use resolve::{evaluate, evaluate_as, instrumented_env, DecidedBy, Evaluation};
 pub use rules::{Decision, DecisionKind, Naming, Rules, Term};
 pub use source::has_source;

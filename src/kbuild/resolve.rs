@@ -52,6 +52,14 @@ pub fn instrumented_env(rules: &Rules) -> Env {
 /// Evaluate `object` (relative to its kbuild directory, e.g. `lockdep.o`) for `id` in `env`,
 /// the variables of that directory's kbuild file. `None` when the tree does not read `id`.
 pub fn evaluate(rules: &Rules, id: MechId, object: &str, env: &Env, kernel_object: bool) -> Option<Evaluation> {
+    evaluate_as(rules, id, object, env, if kernel_object { "y" } else { "" })
+}
+
+/// [`evaluate`] with `$(is-kernel-object)` expanding to `kernel` (Kbuild's own gives `y` or
+/// nothing; a target-specific value may give anything): the decision reads the text where it
+/// writes `$(is-kernel-object)`, and tests it for being non-empty in `$(if …)`.
+pub fn evaluate_as(rules: &Rules, id: MechId, object: &str, env: &Env, kernel: &str) -> Option<Evaluation> {
+    let kernel_object = !kernel.is_empty();
     let decision = rules.decision(id)?;
     let stem = decision.naming.stem(object);
     Some(match &decision.kind {
@@ -59,7 +67,7 @@ pub fn evaluate(rules: &Rules, id: MechId, object: &str, env: &Env, kernel_objec
             let mut words = String::new();
             let mut decided_by = None;
             for term in terms {
-                let value = term_value(term, &stem, env, kernel_object);
+                let value = term_value(term, &stem, env, kernel);
                 if decided_by.is_none() && !value.trim().is_empty() {
                     decided_by = Some(match term {
                         Term::PerObject(v) => DecidedBy::Object(format!("{v}_{stem}.o")),
@@ -81,19 +89,13 @@ pub fn evaluate(rules: &Rules, id: MechId, object: &str, env: &Env, kernel_objec
     })
 }
 
-fn term_value(term: &Term, stem: &str, env: &Env, kernel_object: bool) -> String {
+fn term_value(term: &Term, stem: &str, env: &Env, kernel: &str) -> String {
     match term {
         Term::PerObject(v) => env.value(&format!("{v}_{stem}.o")),
         Term::Directory(v) | Term::Config(v) => env.value(v),
-        Term::KernelObject => {
-            if kernel_object {
-                "y".into()
-            } else {
-                String::new()
-            }
-        }
-        Term::IfKernelObject(inner) if kernel_object => {
-            inner.iter().map(|t| term_value(t, stem, env, kernel_object)).collect()
+        Term::KernelObject => kernel.to_string(),
+        Term::IfKernelObject(inner) if !kernel.is_empty() => {
+            inner.iter().map(|t| term_value(t, stem, env, kernel)).collect()
         }
         Term::IfKernelObject(_) => String::new(),
         Term::Literal(l) => l.clone(),

@@ -93,6 +93,17 @@ impl Decision {
         out
     }
 
+    /// Whether the decision reads `$(is-kernel-object)` (so a target-specific value of it can decide).
+    pub fn reads_kernel_object(&self) -> bool {
+        fn walk(terms: &[Term]) -> bool {
+            terms.iter().any(|t| matches!(t, Term::KernelObject | Term::IfKernelObject(_)))
+        }
+        match &self.kind {
+            DecisionKind::Chain { terms, gated, .. } => *gated || walk(terms),
+            DecisionKind::Flags => false,
+        }
+    }
+
     /// What applies when neither the object nor the directory sets a value, e.g.
     /// `default $(is-kernel-object)`.
     pub fn default_text(&self) -> String {
@@ -197,6 +208,14 @@ impl Rules {
     /// The mechanisms whose lines can decide `id`.
     pub fn reads(&self, id: MechId) -> &[MechId] {
         self.reads.get(&id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether make may change `id`'s decision through the opaque construct `o`: it may set the
+    /// variables `id` reads, or a target-specific `is-kernel-object` the decision reads.
+    pub fn opaque_may_change(&self, o: &crate::makefile::Opaque, id: MechId) -> bool {
+        o.may_touch(id)
+            || self.reads(id).iter().any(|r| o.may_touch(*r))
+            || (o.kernel_object && self.decision(id).is_some_and(Decision::reads_kernel_object))
     }
 
     pub fn decision(&self, id: MechId) -> Option<&Decision> {

@@ -19,6 +19,7 @@
 //! | `ifdef`/`ifndef`/`ifeq`/`ifneq`, `else [if…]`, `endif` | modelled (`Event::If`/`Else`/`Endif`); a keyword followed by an operator (`ifdef := 1`) is an assignment, as in make |
 //! | `$(eval …)`, `${eval …}` anywhere (also in recipes, values and `define` bodies, which may be expanded later), `$(guile …)` | opaque; the mechanisms it can touch are read from the literal start of each name it could assign; a line of its text that starts with a reference (`$(eval $(call …))`) can assign anything |
 //! | `TARGETS: [modifiers] NAME op value` (target- and pattern-specific) on a directive | opaque |
+//! | `TARGETS: [modifiers] is-kernel-object op value` | modelled for `$(obj)/NAME.o` targets and plain values, else opaque (`target`) |
 //! | `include`, `-include`, `sinclude`, `load`, `-load` | opaque, any mechanism (the other file is not read) |
 //! | `.RECIPEPREFIX` set unconditionally to a literal | modelled: after a rule, a line led by the new prefix is a recipe line and a tab-led one is not |
 //! | `.RECIPEPREFIX` set under a conditional, to a computed value, by `+=`/`?=`/`define`/`undefine` | opaque, any mechanism (how later lines read is unknown) |
@@ -45,6 +46,9 @@ pub struct Opaque {
     pub names: Option<Vec<NamePattern>>,
     /// It reads another file (`include`, `load`): what that file does is unknown here.
     pub other_file: bool,
+    /// It may set `is-kernel-object` for objects of the directory (`target`), which every
+    /// decision reading `$(is-kernel-object)` depends on.
+    pub kernel_object: bool,
 }
 
 /// A name a construct may assign: `literal`, or (when `computed`) anything starting with it.
@@ -58,7 +62,7 @@ impl Opaque {
     /// A construct that may assign the variables of `names`.
     pub fn new(line: usize, construct: impl Into<String>, names: Option<Vec<NamePattern>>) -> Opaque {
         let touches = names.as_ref().map(|n| n.iter().flat_map(|p| mechanisms_named(&p.literal, p.computed)).collect());
-        Opaque { line, construct: construct.into(), touches, names, other_file: false }
+        Opaque { line, construct: construct.into(), touches, names, other_file: false, kernel_object: false }
     }
 
     /// Whether this may change a variable of `id`.

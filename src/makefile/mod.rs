@@ -7,6 +7,7 @@ mod condition;
 mod constructs;
 mod directive;
 mod read;
+mod target;
 mod tree;
 mod variants;
 
@@ -15,6 +16,7 @@ pub use condition::{CondKind, Condition};
 pub use constructs::{NamePattern, Opaque};
 pub use directive::{classify, is_plain_flag, unmodelled, Directive, DirectiveValue};
 pub use read::{decode_kbuild, kbuild_file, read_kbuild};
+pub use target::{TargetKernelObject, KERNEL_OBJECT};
 pub use tree::{is_kbuild_name, read_kbuild_files, walk_kbuild_files, walk_kbuild_files_with, Walk};
 pub use variants::expand_variants;
 
@@ -156,6 +158,8 @@ pub struct KbuildFile {
     /// Where make may change directive variables in ways sanpolicy cannot read (`$(eval)`,
     /// `include`, target-specific values, …; the table in `constructs`), in line order.
     pub opaque: Vec<Opaque>,
+    /// Target-specific `is-kernel-object` lines the reader models (`target`), by `Event::Target`.
+    pub kernel_object_lines: Vec<TargetKernelObject>,
     /// Index into `assignments` and classification of every instrumentation directive, in order
     /// (classified once at parse time; the resolver asks for them many times).
     directives: Vec<(usize, Directive)>,
@@ -170,6 +174,8 @@ pub enum Event {
     Assign(usize),
     /// `undefine` of the (unexpanded) name of `assignments[i]`.
     Undefine(usize),
+    /// The target-specific `is-kernel-object` of `kernel_object_lines[i]`.
+    Target(usize),
 }
 
 impl KbuildFile {
@@ -559,6 +565,9 @@ fn other_line(file: &mut KbuildFile, code: &str, line: usize, reading: &mut Read
             if assigns {
                 // A target-specific value: after it, no recipe follows (make resets the rule).
                 reading.in_rule = false;
+                if kernel_object_line(file, code, rest, line) {
+                    return;
+                }
                 let o = Opaque::new(
                     line,
                     "a target-specific assignment (its value holds only for that target)",
@@ -572,6 +581,28 @@ fn other_line(file: &mut KbuildFile, code: &str, line: usize, reading: &mut Read
             }
         }
     }
+}
+
+/// A target-specific `is-kernel-object` (the assignment `rest` after the targets of `code`):
+/// modelled as `Event::Target`, or opaque; `false` when it assigns another variable.
+fn kernel_object_line(file: &mut KbuildFile, code: &str, rest: &str, line: usize) -> bool {
+    let logical = Logical { text: rest.to_string(), line, end_line: line, start_byte: 0 };
+    let Some(a) = parse_assignment(&logical).filter(|a| a.name == KERNEL_OBJECT) else { return false };
+    let targets = code[..code.len() - rest.len()].trim_end_matches(':');
+    match target::read(line, targets, a.op, &a.modifiers, &a.value) {
+        Ok(Some(t)) => {
+            file.events.push(Event::Target(file.kernel_object_lines.len()));
+            file.kernel_object_lines.push(t);
+        }
+        Ok(None) => {}
+        Err(construct) => {
+            let name = NamePattern { literal: KERNEL_OBJECT.to_string(), computed: false };
+            let mut o = Opaque::new(line, construct, Some(vec![name]));
+            o.kernel_object = true;
+            file.opaque.push(o);
+        }
+    }
+    true
 }
 
 /// Every `$(eval …)` in `text` (line `line`) as opaque, with what its argument may touch.

@@ -64,6 +64,9 @@ pub struct Explanation {
     pub no_source: bool,
     /// With a `.config`: whether the object is linked into vmlinux or a module in that build.
     pub kernel_object: Option<bool>,
+    /// The target-specific `is-kernel-object` line that decides it (with a `.config`: in that
+    /// build; without: where its conditions hold).
+    pub kernel_object_line: Option<usize>,
     /// Variables expanded in per-object names (`BITS=64`).
     pub preset: Vec<(String, String)>,
     /// Indices into the policy's `[[acknowledge]]` entries about this object or its directory
@@ -103,6 +106,7 @@ pub fn explain_for(
         None => configs::Prepared::new(&file, &preset),
     };
     let kernel_object = prepared.kernel_object(&rel);
+    let kernel_object_line = prepared.kernel_object_line(&rel);
     // `None`: the tree does not read the mechanism.
     let outcomes: BTreeMap<MechId, Option<Result<Vec<configs::Outcome>, configs::Limit>>> =
         MechId::all().map(|id| (id, prepared.outcomes(rules, id, &rel, true).transpose())).collect();
@@ -166,6 +170,7 @@ pub fn explain_for(
         requirements,
         no_source,
         kernel_object,
+        kernel_object_line,
         preset,
         acknowledged: acknowledged_for(policy, &path),
         opaque,
@@ -180,9 +185,7 @@ pub(super) fn opaque_in(file: &KbuildFile, rules: &Rules) -> Vec<OpaqueAt> {
         .map(|o| OpaqueAt {
             line: o.line,
             construct: o.construct.clone(),
-            mechanisms: MechId::all()
-                .filter(|id| o.may_touch(*id) || rules.reads(*id).iter().any(|r| o.may_touch(*r)))
-                .collect(),
+            mechanisms: MechId::all().filter(|id| rules.opaque_may_change(o, *id)).collect(),
         })
         .filter(|o| !o.mechanisms.is_empty())
         .collect()
@@ -349,15 +352,27 @@ fn notes(e: &Explanation) -> Vec<String> {
             e.object
         ));
     }
-    match e.kernel_object {
-        Some(true) => notes.push("for the given .config: a kernel object (obj-y/obj-m/lib-y) in this build".into()),
-        Some(false) => {
+    let file = e.kbuild_file.as_deref().map_or_else(|| format!("{}/", e.kbuild_dir), shown);
+    match (e.kernel_object, e.kernel_object_line) {
+        (Some(k), Some(line)) => notes.push(format!(
+            "for the given .config: {} in this build, as {file}:{line} sets its `is-kernel-object` (a target-specific value, whatever obj-y, obj-m and lib-y say)",
+            if k { "a kernel object" } else { "not a kernel object" }
+        )),
+        (Some(true), None) => notes.push("for the given .config: a kernel object (obj-y/obj-m/lib-y) in this build".into()),
+        (Some(false), None) => {
             notes.push("for the given .config: not a kernel object in this build (not in obj-y, obj-m or lib-y)".into())
         }
-        None => notes.push(
+        (None, line) => {
+            if let Some(line) = line {
+                notes.push(format!(
+                    "{file}:{line} sets its `is-kernel-object` (a target-specific value): the states below use it where its conditions hold"
+                ));
+            }
+            notes.push(
             "over all configurations, with each mechanism's own option set; `--config FILE` answers for one build"
-                .into(),
-        ),
+                    .into(),
+            )
+        }
     }
     if !e.preset.is_empty() {
         let vars: Vec<String> = e.preset.iter().map(|(n, v)| format!("{n}={v}")).collect();
@@ -487,6 +502,7 @@ pub fn to_json(e: &Explanation, policy: &Policy) -> Value {
         "notes": notes(e),
         "no_source": e.no_source,
         "kernel_object": e.kernel_object,
+        "kernel_object_line": e.kernel_object_line,
         "mechanisms": mechanisms,
         "requirements": requirements,
     })
