@@ -133,7 +133,17 @@ fn kbuild_flags(tree: &Path) -> Vec<String> {
         .output()
         .expect("running GNU make");
     assert!(out.status.success(), "make failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+    String::from_utf8(out.stdout).unwrap().lines().map(last_of_each).collect()
+}
+
+/// A line with each flag kept at its last occurrence only: the central file repeats a kept
+/// flag line with `+=` (`CFLAGS_b.o = $(CC_FLAGS_FTRACE)` in the Makefile, `+= $(CC_FLAGS_FTRACE)`
+/// in the section), and gcc reads a repeated option as one, the last one winning.
+fn last_of_each(line: &str) -> String {
+    let words: Vec<&str> = line.split(' ').collect();
+    let kept: Vec<&str> =
+        words.iter().enumerate().filter(|(i, w)| !words[i + 1..].contains(w)).map(|(_, w)| *w).collect();
+    kept.join(" ")
 }
 
 /// Adopt a tree in the central layout, replace the policy's units by `keep` (a filter on each
@@ -151,6 +161,9 @@ fn adopt_then_keep(version: &str, makefile: &str, keep: impl Fn(&str) -> bool) -
         kept.push_str("[[unit]]");
         kept.push_str(unit);
     }
+    // The built-in requirements name `lib/` objects this tree does not have; dropping the
+    // directory's exemptions would "newly break" them.
+    let kept = kept.replacen("layout = \"central\"\n", "layout = \"central\"\nbuiltin-requirements = false\n", 1);
     fs::write(p.join("sanitizer-policy.toml"), kept).unwrap();
     t
 }
@@ -162,15 +175,21 @@ fn adopt_then_keep(version: &str, makefile: &str, keep: impl Fn(&str) -> bool) -
 /// writes the adopted central file back byte for byte.
 #[test]
 fn a_dropped_directory_line_reads_as_never_set_in_both_trees() {
-    let makefile = format!("{OBJ_Y}\n{OBJECT_LINES}\n{DIR_LINES}");
     for version in ["6.1", "6.12"] {
+        // 6.1 has no signed-wrap sanitizer: its rules never read the variable.
+        let object_lines: String = OBJECT_LINES
+            .lines()
+            .filter(|l| version != "6.1" || !l.starts_with("UBSAN_SIGNED_WRAP"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let makefile = format!("{OBJ_Y}\n{object_lines}\n{DIR_LINES}");
         let adopted = {
             let t = adopt_then_keep(version, &makefile, |_| true);
             kbuild_flags(t.path())
         };
         let cases: [(&str, &dyn Fn(&str) -> bool, String); 2] = [
             ("every unit dropped", &|_| false, OBJ_Y.to_string()),
-            ("directory units dropped", &|u| !u.contains("\"lib/\""), format!("{OBJ_Y}\n{OBJECT_LINES}")),
+            ("directory units dropped", &|u| !u.contains("\"lib/\""), format!("{OBJ_Y}\n{object_lines}")),
         ];
         for (what, keep, never) in cases {
             let label = format!("{version}: {what}");
