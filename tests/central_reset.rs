@@ -168,6 +168,9 @@ fn adopt_then_keep(version: &str, makefile: &str, keep: impl Fn(&str) -> bool) -
     t
 }
 
+/// Which `[[unit]]` tables of the adopted policy a case keeps.
+type Keep = dyn Fn(&str) -> bool;
+
 /// For 6.1 and 6.12: drop every unit, then only the directory-wide ones. Each time only the
 /// central file changes, by reset lines; make gives each object the flags of a tree whose
 /// Makefile never had the dropped lines (and not those of the adopted tree, so the comparison
@@ -187,7 +190,7 @@ fn a_dropped_directory_line_reads_as_never_set_in_both_trees() {
             let t = adopt_then_keep(version, &makefile, |_| true);
             kbuild_flags(t.path())
         };
-        let cases: [(&str, &dyn Fn(&str) -> bool, String); 2] = [
+        let cases: [(&str, &Keep, String); 2] = [
             ("every unit dropped", &|_| false, OBJ_Y.to_string()),
             ("directory units dropped", &|u| !u.contains("\"lib/\""), format!("{OBJ_Y}\n{object_lines}")),
         ];
