@@ -71,6 +71,7 @@ pub enum Code {
     DuplicateProfile,
     DuplicateCrate,
     FlagsOutsidePolicy,
+    CentralReset,
 }
 
 impl Code {
@@ -135,6 +136,7 @@ impl Code {
             Code::DuplicateProfile => "duplicate-profile",
             Code::DuplicateCrate => "duplicate-crate",
             Code::FlagsOutsidePolicy => "flags-outside-policy",
+            Code::CentralReset => "central-reset",
         }
     }
 
@@ -160,6 +162,7 @@ impl Code {
                 | Code::Drift
                 | Code::OpaqueConstruct
                 | Code::FlagsOutsidePolicy
+                | Code::CentralReset
                 | Code::StaleAcknowledgement
                 | Code::Acknowledged
                 | Code::NotApplicable
@@ -179,6 +182,7 @@ impl Code {
                 | Code::HandEditedBlock
                 | Code::PolicyRemoved
                 | Code::DeletedKbuildFile
+                | Code::CentralReset
         )
     }
 }

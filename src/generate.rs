@@ -47,6 +47,9 @@ pub struct Plan {
     pub edits: BTreeMap<String, Vec<emit::inplace::Edit>>,
     /// By directory, the kbuild file as it is on disk (where the plan read it).
     pub before: BTreeMap<String, String>,
+    /// Central layout: by directory, the lines of its own kbuild file the policy does not
+    /// hold, each with the reset its section writes (or why it cannot).
+    pub unheld: BTreeMap<String, Vec<emit::central::Unheld>>,
 }
 
 /// Plan writing the policy's blocks into `tree`. With `sweep`, the whole tree is also searched for
@@ -156,7 +159,9 @@ fn open_dir_known(
 /// read by `scripts/Makefile.build` right after each directory's own kbuild file, so its lines
 /// win over the directory's (see `emit::central`). Subsystem Makefiles are never written: each
 /// directory's planned text is its own file followed by its section of the central file, which
-/// is what Kbuild reads, so requirements and sources are judged on that.
+/// is what Kbuild reads, so requirements and sources are judged on that. A directory line the
+/// policy does not hold is reset in the section (`emit::central::unheld`); `plan.unheld` keeps
+/// each such line, for drift to tell a dropped unit from a line a merge brought.
 fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: Option<Sweep>) -> Plan {
     use crate::emit::central;
     let mut plan = Plan::default();
@@ -178,23 +183,45 @@ fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep:
     if bad_dirs {
         return plan;
     }
-    let rendered = central::render_central(&by_dir, rules);
-    let sections = central::sections(&rendered).unwrap_or_default();
+    let file = tree.join(central::CENTRAL_FILE);
+    let old = file.is_file().then(|| read_kbuild(&file)).transpose();
     let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
     let mut dirs: std::collections::BTreeSet<String> = by_dir.keys().map(|d| d.to_string()).collect();
     dirs.extend(swept_dirs(sweep, tree, |d| by_dir.contains_key(d), &mut plan.diags).into_keys());
+    // Directories whose section holds only resets are not the policy's: without a sweep they
+    // are found through the central file as it stands, so a fast check plans them too.
+    let written = old.as_ref().ok().and_then(Option::as_deref).and_then(central::sections).unwrap_or_default();
+    dirs.extend(written.into_keys().filter(|d| kbuild_file(&tree.join(d)).is_some()));
+    let mut own: Vec<(String, PathBuf, String)> = Vec::new();
+    let mut resets = central::Resets::new();
     for dir in &dirs {
         let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
-        let Some((path, _, _, old)) = open_dir(&mut plan, &mut at, dir, units) else { continue };
-        let effective = match sections.get(dir) {
+        let Some((path, _, display, text)) = open_dir(&mut plan, &mut at, dir, units) else { continue };
+        let mut unheld = central::unheld(&text, &makefile::parse(&text), units, rules);
+        if let Some(problem) = central::central_dir_problem(dir) {
+            for u in unheld.iter_mut().filter(|u| u.reset.is_ok()) {
+                u.reset = Err(format!("the directory cannot be named in the central file: {problem}"));
+            }
+        }
+        let ok: Vec<_> = unheld.iter().filter_map(|u| u.reset.clone().ok().map(|r| (u.mech, r))).collect();
+        if !ok.is_empty() {
+            resets.insert(dir.clone(), (display, ok));
+        }
+        if !unheld.is_empty() {
+            plan.unheld.insert(dir.clone(), unheld);
+        }
+        own.push((dir.clone(), path, text));
+    }
+    let rendered = central::render_central_with(&by_dir, &resets, rules);
+    let sections = central::sections(&rendered).unwrap_or_default();
+    for (dir, path, old) in own {
+        let effective = match sections.get(&dir) {
             Some(section) => format!("{old}\n{section}"),
             None => old.clone(),
         };
         plan.before.insert(dir.clone(), old);
-        plan.files.insert(dir.clone(), PlannedFile::new(path, effective));
+        plan.files.insert(dir, PlannedFile::new(path, effective));
     }
-    let file = tree.join(central::CENTRAL_FILE);
-    let old = file.is_file().then(|| read_kbuild(&file)).transpose();
     match old {
         Err(d) => plan.diags.push(*d),
         Ok(old) => {

@@ -1886,8 +1886,110 @@ fn linux_6_12_central_layout() {
             problems.push(format!("{args:?} after the edit: exit {code:?}:\n{err}"));
         }
     }
+    central_drop(label, original, &copy, &eval, &mut problems);
     check_original(original, &hashes, &mut problems);
     finish(label, scratch, &problems);
+}
+
+/// The central layout drops an upstream line: the policy loses lockdep's KCSAN unit, which
+/// `kernel/locking/Makefile` keeps (`KCSAN_SANITIZE_lockdep.o := n`). Only the central file
+/// changes, by the reset line (and its comment) in place of the section's repeat of the line;
+/// make (on kernel/locking, the only section that changed) sees lockdep.o's KCSAN go on and
+/// nothing else beyond the earlier KASAN edit; `gen-makefiles --check` and `sync --check`
+/// pass, and `check` reports no drift (only the tree's own stale directives remain).
+fn central_drop(label: &str, original: &Path, copy: &Path, eval: &Evaluator, problems: &mut Vec<String>) {
+    let policy = copy.join(POLICY);
+    let text = fs::read_to_string(&policy).unwrap();
+    let (from, to) = ("skip = [\"kcsan\", \"kasan\"]", "skip = [\"kasan\"]");
+    assert!(text.contains(from), "{label}: drop: the policy has no `{from}`");
+    // The built-in lockdep requirement forbids exactly this drop (gen-makefiles refuses a
+    // change that newly breaks a requirement): opt out of it for this step.
+    let edited = text.replacen(from, to, 1).replacen(
+        "layout = \"central\"\n",
+        "layout = \"central\"\nbuiltin-requirements = false\n",
+        1,
+    );
+    write_atomic(&policy, &edited);
+    let central = copy.join("scripts/Makefile.sanpolicy");
+    let central_before = fs::read_to_string(&central).unwrap();
+    let before: BTreeSet<PathBuf> = files_rewritten(original, copy);
+    let (code, err) = run(copy, &["gen-makefiles"]);
+    if code != Some(0) {
+        problems.push(format!("drop: gen-makefiles: exit {code:?}:\n{err}"));
+        return;
+    }
+    let now: BTreeSet<PathBuf> = files_rewritten(original, copy);
+    let newly: Vec<&PathBuf> = now.iter().filter(|p| !before.contains(*p)).collect();
+    if !newly.is_empty() {
+        problems.push(format!(
+            "drop: gen-makefiles rewrote {newly:?} (a file of the tree), expected only the central file"
+        ));
+    }
+    let central_after = fs::read_to_string(&central).unwrap();
+    let (mut removed, mut added) = (Vec::new(), Vec::new());
+    for change in similar::TextDiff::from_lines(&central_before, &central_after).iter_all_changes() {
+        let line = change.value().trim_end().to_string();
+        if line.starts_with(END_MARKER) || line.is_empty() {
+            continue;
+        }
+        match change.tag() {
+            similar::ChangeTag::Delete => removed.push(line),
+            similar::ChangeTag::Insert => added.push(line),
+            similar::ChangeTag::Equal => {}
+        }
+    }
+    say(&format!("round-trip {label}: drop: scripts/Makefile.sanpolicy: -{removed:?} +{added:?}"));
+    let reset_comment = "# Lines of kernel/locking/Makefile the policy does not have: back to Kbuild's default.";
+    if removed != ["KCSAN_SANITIZE_lockdep.o := n"] || added != [reset_comment, "KCSAN_SANITIZE_lockdep.o :="] {
+        problems.push(format!("drop: the central file changed by -{removed:?} +{added:?}"));
+    }
+    let section =
+        central_after.split("ifeq ($(obj),kernel/locking)\n").nth(1).and_then(|s| s.split("\nendif\n").next());
+    if !section.is_some_and(|s| s.starts_with(&format!("{reset_comment}\nKCSAN_SANITIZE_lockdep.o :=\n"))) {
+        problems.push(format!("drop: the reset does not open kernel/locking's section: {section:?}"));
+    }
+    let Some(locking) = eval.plans.iter().position(|p| p.dir == "kernel/locking") else {
+        problems.push("drop: kernel/locking is not evaluated".into());
+        return;
+    };
+    let start = Instant::now();
+    let cmp = eval.compare(&[locking]);
+    let (kasan, kcsan) = (MechId::by_name("kasan").unwrap(), MechId::by_name("kcsan").unwrap());
+    let lockdep = |m: &&Mismatch| m.dir == "kernel/locking" && m.object == "lockdep.o";
+    let kcsan_on = cmp.mismatches.iter().filter(lockdep).filter(|m| m.answers == Some((kcsan, '0', '1'))).count();
+    let wrong: Vec<String> = cmp
+        .mismatches
+        .iter()
+        .filter(|m| !(lockdep(m) && (m.answers == Some((kasan, '1', '0')) || m.answers == Some((kcsan, '0', '1')))))
+        .map(ToString::to_string)
+        .collect();
+    say(&format!(
+        "round-trip {label}: drop: make evaluated kernel/locking in {:.1?}: {} decisions compared, {} differences, {} of them lockdep.o KCSAN 0 -> 1, {} unexpected",
+        start.elapsed(),
+        cmp.evaluations,
+        cmp.mismatches.len(),
+        kcsan_on,
+        wrong.len()
+    ));
+    if kcsan_on == 0 || !wrong.is_empty() || !cmp.failed.is_empty() {
+        problems.push(format!(
+            "drop: make should see lockdep.o's KCSAN go on (and its KASAN stay off), nothing else: {kcsan_on} KCSAN changes, unexpected {:?}, failed {:?}",
+            wrong.iter().take(5).collect::<Vec<_>>(),
+            cmp.failed
+        ));
+    }
+    for args in [&["gen-makefiles", "--check"][..], &["sync", "--check"][..]] {
+        let (code, err) = run(copy, args);
+        if code != Some(0) {
+            problems.push(format!("drop: {args:?}: exit {code:?}:\n{err}"));
+        }
+    }
+    // The tree's own findings (its stale directives) remain; no drift does.
+    let (_, err) = run(copy, &["check"]);
+    let summary = err.lines().find(|l| l.starts_with("check ")).unwrap_or("");
+    if !summary.contains("; 0 drift,") || err.contains("error[drift]") || err.contains("error[central-reset]") {
+        problems.push(format!("drop: check reports drift: {summary}\n{err}"));
+    }
 }
 
 fn git(dir: &Path, args: &[&str]) -> Output {

@@ -38,12 +38,7 @@ pub fn tree_moved(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, prog
 fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str) -> Vec<(Diagnostic, bool)> {
     let mut diags = Vec::new();
     // What the policy says now: the planned snapshot.
-    let now = plan
-        .changes
-        .iter()
-        .find(|c| c.display.ends_with(".effective.txt"))
-        .map(|c| Base::parse(c.new.as_deref()))
-        .unwrap_or_default();
+    let now = planned_snapshot(plan);
     let by_dir = policy.units_by_dir();
     for change in plan.changes.iter().filter(|c| !c.is_noop()) {
         let dir =
@@ -62,7 +57,15 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
     match policy.layout {
         Layout::InPlace => {}
         Layout::Block => outside_lines(plan, rules, base, program, &mut diags),
-        Layout::Central => unowned_lines(policy, plan, rules, base, program, &mut diags),
+        Layout::Central => {
+            for v in central_verdicts(plan, base, &now, program) {
+                match v {
+                    Verdict::InSync => {}
+                    Verdict::Finding(d, moved) => diags.push((d, moved)),
+                    Verdict::Unwritable(d) => diags.push((d, false)),
+                }
+            }
+        }
     }
     diags
 }
@@ -214,50 +217,106 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
     }
 }
 
-/// Central layout: a directory line (outside the central file) that no unit says is drift;
-/// the lines the central file repeats are the policy's own.
-fn unowned_lines(
-    policy: &Policy,
-    plan: &Plan,
-    rules: &Rules,
-    base: &Base,
-    program: &str,
-    diags: &mut Vec<(Diagnostic, bool)>,
-) {
-    let owned: BTreeSet<_> = policy
-        .units
-        .iter()
-        .flat_map(|u| {
-            u.settings
-                .keys()
-                .filter_map(|id| crate::emit::inplace::unit_key(u, *id, rules))
-                .map(|(k, _)| k)
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    for (dir, file) in &plan.files {
-        let Some(before) = plan.before.get(dir) else { continue };
-        let parsed = crate::makefile::parse(before);
+/// What a central-layout line the policy does not hold means for drift, and whether writing
+/// the policy over it must be refused.
+enum Verdict {
+    /// Nothing to report.
+    InSync,
+    /// A finding; `true` when the tree moved (writing would reset the line: refused unless forced).
+    Finding(Diagnostic, bool),
+    /// The policy dropped a line the central file cannot reset: never written.
+    Unwritable(Diagnostic),
+}
+
+/// Central layout: each directory line the policy does not hold ([`Plan::unheld`]). The
+/// central file resets it when that is exact; then it is in sync once the file on disk holds
+/// the reset. Before that, which side moved decides: the policy dropped (or flipped) the unit
+/// since the last generation (`gen-makefiles` writes the reset), or the line is new to the
+/// tree (a merge: `sync` takes it in; writing would reset it, so `gen-makefiles` refuses).
+fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<Verdict> {
+    let written = written_resets(plan);
+    let mut out = Vec::new();
+    for (dir, unheld) in &plan.unheld {
+        let (Some(file), Some(before)) = (plan.files.get(dir), plan.before.get(dir)) else { continue };
         let lines = LineIndex::new(before);
-        for (i, d) in parsed.directives() {
-            let a = &parsed.assignments[i];
-            let Some((key, _)) = existing_key(a, d, rules) else { continue };
-            if owned.contains(&key) {
-                continue;
-            }
-            let path = path_of(dir, d.object.as_deref());
-            let hint = if base.known && base.has(&path, d.mech) {
-                format!("the policy dropped this unit, and the central file no longer sets it: drop the line too, or run `{program} sync` to keep it")
-            } else {
-                format!("run `{program} sync` to take it into the policy (the central file then repeats it)")
+        for u in unheld {
+            let loc = lines.line(&file.path, before, u.line);
+            let path = path_of(dir, u.object.as_deref());
+            let mech = u.mech;
+            // The policy moved: the last generation had the unit, and it is gone or says otherwise now.
+            let policy_moved = base.known
+                && base.has(&path, mech)
+                && (!now.has(&path, mech) || base.state(&path, mech) != now.state(&path, mech));
+            let unmanaged = |hint: String| {
+                Diagnostic::error(
+                    Code::UnmanagedDirective,
+                    format!("`{}` is in the tree but not in the policy", u.text),
+                )
+                .at(loc.clone())
+                .hint(hint)
             };
-            let text = before[a.bytes.clone()].trim_end().to_string();
-            diags.push((
-                Diagnostic::error(Code::UnmanagedDirective, format!("`{text}` is in the tree but not in the policy"))
-                    .at(lines.line(&file.path, before, a.line))
-                    .hint(hint),
-                false,
-            ));
+            let take_it = format!("run `{program} sync` to take it into the policy (the central file then repeats it)");
+            out.push(match &u.reset {
+                Ok(r) if written.get(dir.as_str()).is_some_and(|w| w.contains(&r.key())) => Verdict::InSync,
+                Ok(_) if policy_moved => Verdict::Finding(
+                    Diagnostic::error(
+                        Code::Drift,
+                        format!("`{}` still applies: the policy no longer has `{path}` `{mech}` this way, and `{}` does not reset it yet", u.text, crate::emit::central::CENTRAL_FILE),
+                    )
+                    .at(loc)
+                    .hint(format!("run `{program} gen-makefiles` to write the reset line into `{}`", crate::emit::central::CENTRAL_FILE)),
+                    false,
+                ),
+                Ok(_) => Verdict::Finding(unmanaged(take_it), base.known),
+                Err(why) if policy_moved => Verdict::Unwritable(
+                    Diagnostic::error(
+                        Code::CentralReset,
+                        format!("the policy no longer has `{path}` `{mech}` this way, but the central file cannot reset `{}`: {why}", u.text),
+                    )
+                    .at(loc)
+                    .hint(format!(
+                        "put the unit back into the policy as it was (`{path}`, `{mech}`), or delete this line from the directory's kbuild file by hand, or use `layout = \"in-place\"`"
+                    )),
+                ),
+                Err(_) => Verdict::Finding(unmanaged(take_it), false),
+            });
         }
     }
+    out
+}
+
+/// The resets the central file on disk holds, by directory (as [`crate::emit::central::Reset::key`]).
+fn written_resets(plan: &Plan) -> std::collections::BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
+    let old =
+        plan.changes.iter().find(|c| c.display == crate::emit::central::CENTRAL_FILE).and_then(|c| c.old.as_deref());
+    let sections = old.and_then(crate::emit::central::sections).unwrap_or_default();
+    sections.into_iter().map(|(d, s)| (d, crate::emit::central::section_resets(&s).into_iter().collect())).collect()
+}
+
+/// The snapshot `plan` would write: what the policy says now.
+fn planned_snapshot(plan: &Plan) -> Base {
+    plan.changes
+        .iter()
+        .find(|c| c.display.ends_with(".effective.txt"))
+        .map(|c| Base::parse(c.new.as_deref()))
+        .unwrap_or_default()
+}
+
+/// Central layout: what the policy dropped that the central file cannot reset. Writing would
+/// leave the directory's line in force while the policy and its snapshot say otherwise, so
+/// `gen-makefiles` refuses it, `--force` or not.
+pub fn unwritable(policy: &Policy, plan: &Plan, base: &Base, program: &str) -> Diagnostics {
+    if policy.layout != Layout::Central {
+        return Diagnostics::default();
+    }
+    let verdicts = central_verdicts(plan, base, &planned_snapshot(plan), program);
+    Diagnostics(
+        verdicts
+            .into_iter()
+            .filter_map(|v| match v {
+                Verdict::Unwritable(d) => Some(d),
+                _ => None,
+            })
+            .collect(),
+    )
 }

@@ -104,6 +104,7 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                 &defaults.program,
             ));
         }
+        refused.extend(crate::check::drift::unwritable(&inputs.policy, &plan, &base, &defaults.program));
         refused.extend(crate::check::new_problems(&inputs.policy, &inputs.rules, tree, &plan, &base));
         if refused.has_errors() {
             ui.report(&refused.sorted());

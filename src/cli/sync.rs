@@ -54,15 +54,16 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         eprintln!("error: the tree has kbuild files sync cannot read; nothing was written");
         return EXIT_BAD_INPUT;
     }
-    let Ok(central) = central_units(&inputs.policy, &tree, ui) else { return EXIT_BAD_INPUT };
-    let synced = match import::sync::sync(&inputs.policy, &main, &scan, &central, &base, &now, &defaults.program) {
-        Ok(s) => s,
-        Err(diags) => {
-            ui.report(&diags.sorted());
-            eprintln!("error: nothing was written");
-            return EXIT_BAD_INPUT;
-        }
-    };
+    let Ok((central, reset)) = central_units(&inputs.policy, &tree, ui) else { return EXIT_BAD_INPUT };
+    let synced =
+        match import::sync::sync(&inputs.policy, &main, &scan, &central, &reset, &base, &now, &defaults.program) {
+            Ok(s) => s,
+            Err(diags) => {
+                ui.report(&diags.sorted());
+                eprintln!("error: nothing was written");
+                return EXIT_BAD_INPUT;
+            }
+        };
     // The new policy must still be a valid policy, and its snapshot is rewritten to match.
     let (policy, diags) = policy::parse_str(&inputs.policy_path, &synced.text);
     if diags.has_errors() {
@@ -115,21 +116,22 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     EXIT_OK
 }
 
-/// In the central layout, the units the tree's central file holds (none when it is not there
-/// yet: nothing was generated); an error when its sections cannot be read.
+/// In the central layout, the units the tree's central file holds and the directory lines it
+/// resets (none when it is not there yet: nothing was generated); an error when its sections
+/// cannot be read.
 fn central_units(
     policy: &policy::Policy,
     tree: &std::path::Path,
     ui: &mut Ui,
-) -> Result<Vec<import::ImportedUnit>, ()> {
+) -> Result<(Vec<import::ImportedUnit>, Vec<import::sync::Key>), ()> {
     use crate::emit::central::CENTRAL_FILE;
     if policy.layout != policy::Layout::Central {
-        return Ok(Vec::new());
+        return Ok(Default::default());
     }
     let path = tree.join(CENTRAL_FILE);
     let text = match crate::input::read_to_string(&path, crate::input::KBUILD_LIMIT) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(e) => {
             ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, format!("cannot read `{CENTRAL_FILE}`: {e}"))
                 .at(crate::diagnostic::Location::file(&path))
@@ -140,7 +142,8 @@ fn central_units(
             return Err(());
         }
     };
-    import::central_units(tree, &text).ok_or_else(|| {
+    let reset = import::central_resets(tree, &text);
+    import::central_units(tree, &text).map(|units| (units, reset)).ok_or_else(|| {
         ui.report(&Diagnostics(vec![Diagnostic::error(
             Code::BadMarker,
             format!("`{CENTRAL_FILE}` is not a generated block of `ifeq ($(obj),DIR)` sections"),

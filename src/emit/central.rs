@@ -9,10 +9,19 @@
 //! `KASAN_SANITIZE_x.o := n` beats the directory's `KASAN_SANITIZE_x.o := y`, and Kbuild's usual
 //! per-object-beats-directory rule still holds across the two files), and the flag-removal lines
 //! it renders with `+=` add to the directory's removals (`CFLAGS_REMOVE_x.o += $(CC_FLAGS_FTRACE)`
-//! removes ftrace on top of whatever the directory already removes). A directory line the
-//! central file does not mention still applies. `tests/central_kbuild.rs` proves this with real
-//! Kbuild: it builds objects of a 6.12 tree with and without the include line and reads gcc's
+//! removes ftrace on top of whatever the directory already removes). A directory line for a
+//! variable the section neither sets nor resets still applies. `tests/central_kbuild.rs` proves
+//! this with real Kbuild: it builds objects of a 6.12 tree with and without the include line and reads gcc's
 //! flags from each object's `.cmd` file.
+//!
+//! **Dropping a directory's line.** The directory's own lines are never touched, so a line the
+//! policy has no unit for (the policy dropped it, or forces what the line skips with a flag
+//! variable) is reset in the section instead: its variable set empty, which Kbuild reads as
+//! never set ([`reset`]).
+
+mod reset;
+
+pub use reset::{render_resets, section_resets, unheld, Reset, Unheld};
 
 use std::collections::BTreeMap;
 
@@ -72,8 +81,23 @@ pub fn central_dir_problem(dir: &str) -> Option<String> {
 /// If a directory fails [`central_dir_problem`]: callers check every directory first, so that
 /// no policy text can ever become make code.
 pub fn render_central(by_dir: &BTreeMap<&str, Vec<&Unit>>, rules: &Rules) -> String {
+    render_central_with(by_dir, &BTreeMap::new(), rules)
+}
+
+/// The resets of each directory's section ([`unheld`]): the name of the directory's kbuild file
+/// as the comment shows it, and each reset with its mechanism, in the order of the lines.
+pub type Resets = BTreeMap<String, (String, Vec<(crate::mechanism::MechId, Reset)>)>;
+
+/// [`render_central`], with `resets` at the top of each directory's section, before the
+/// policy's lines (a directory with resets only gets a section too).
+///
+/// # Panics
+/// As [`render_central`].
+pub fn render_central_with(by_dir: &BTreeMap<&str, Vec<&Unit>>, resets: &Resets, rules: &Rules) -> String {
+    let mut dirs: std::collections::BTreeSet<&str> = by_dir.keys().copied().collect();
+    dirs.extend(resets.iter().filter(|(_, (_, r))| !r.is_empty()).map(|(d, _)| d.as_str()));
     let mut body = String::new();
-    for (dir, units) in by_dir {
+    for dir in dirs {
         if let Some(problem) = central_dir_problem(dir) {
             panic!("render_central called with an unchecked directory: {problem}");
         }
@@ -81,7 +105,13 @@ pub fn render_central(by_dir: &BTreeMap<&str, Vec<&Unit>>, rules: &Rules) -> Str
             body.push('\n');
         }
         body.push_str(&format!("ifeq ($(obj),{dir})\n"));
-        body.push_str(&render_body(units, rules));
+        let reset = resets.get(dir).map(|(file, r)| render_resets(file, r)).unwrap_or_default();
+        let units = by_dir.get(dir).map(|u| render_body(u, rules)).unwrap_or_default();
+        body.push_str(&reset);
+        if !reset.is_empty() && !units.is_empty() {
+            body.push('\n');
+        }
+        body.push_str(&units);
         body.push_str("endif\n");
     }
     let header = HEADER_TEMPLATE.replace("{command}", REGENERATE);

@@ -10,5 +10,5 @@ mod write;
 
 pub use adopt::adopt;
 pub use locate::in_tree;
-pub use scan::{central_units, scan, scan_edited, section_units, ImportedUnit, Scan, Taken};
+pub use scan::{central_resets, central_units, scan, scan_edited, section_units, ImportedUnit, Scan, Taken};
 pub use write::policy_toml;

@@ -188,13 +188,42 @@ pub fn central_units(tree: &Path, central_text: &str) -> Option<Vec<ImportedUnit
     let sections = crate::emit::central::sections(central_text)?;
     let mut out = Vec::new();
     for (dir, section) in &sections {
-        let own = kbuild_file(&tree.join(dir))
-            .and_then(|p| crate::input::read(&p, crate::input::KBUILD_LIMIT).ok().map(|b| (p, b)))
-            .and_then(|(p, b)| decode_kbuild(&p, b).ok())
-            .unwrap_or_default();
-        out.extend(section_units(tree, dir, section, &own));
+        out.extend(section_units(tree, dir, section, &own_text(tree, dir)));
     }
     Some(out)
+}
+
+/// The directory lines the central file's sections reset (a variable set empty under the
+/// line's conditions, see `emit::central::section_resets`): each as its directory, its object
+/// as the line names it, its conditions (canonical) and its mechanism. Kbuild reads these
+/// lines as never set, so to `sync` the tree does not have them.
+pub fn central_resets(tree: &Path, central_text: &str) -> Vec<(String, Option<String>, Vec<String>, MechId)> {
+    let sections = crate::emit::central::sections(central_text).unwrap_or_default();
+    let mut out = Vec::new();
+    for (dir, section) in &sections {
+        let resets: std::collections::HashSet<(String, Vec<String>)> =
+            crate::emit::central::section_resets(section).into_iter().collect();
+        if resets.is_empty() {
+            continue;
+        }
+        let own = makefile::parse(&own_text(tree, dir));
+        for (i, d) in own.directives() {
+            let a = &own.assignments[i];
+            let when = crate::emit::inplace::canonical_when(&a.when());
+            if resets.contains(&(a.name.clone(), when.clone())) {
+                out.push((dir.clone(), d.object.clone(), when, d.mech));
+            }
+        }
+    }
+    out
+}
+
+/// The text of `dir`'s own kbuild file (empty when it cannot be read: it then sets nothing).
+fn own_text(tree: &Path, dir: &str) -> String {
+    kbuild_file(&tree.join(dir))
+        .and_then(|p| crate::input::read(&p, crate::input::KBUILD_LIMIT).ok().map(|b| (p, b)))
+        .and_then(|(p, b)| decode_kbuild(&p, b).ok())
+        .unwrap_or_default()
 }
 
 /// The units taken so far, and what taking them needs again.

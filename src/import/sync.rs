@@ -28,7 +28,7 @@ struct Said {
 }
 
 /// `(directory, object, conditions, mechanism)`: what a line and a unit setting are matched by.
-type Key = (String, Option<String>, Vec<String>, MechId);
+pub type Key = (String, Option<String>, Vec<String>, MechId);
 
 /// The outcome: the policy's new text and what changed, for the summary.
 #[derive(Debug, Default)]
@@ -62,12 +62,16 @@ fn said_of(id: MechId, setting: Setting, flags: Option<&String>) -> Said {
 
 /// The tree's side: every modelled line, by key, with the imported unit it belongs to. Later
 /// units win over earlier ones for the same key, as the central file's lines (read after the
-/// directory's own, see [`sync`]) win in Kbuild.
-fn tree_side(units: &[ImportedUnit]) -> BTreeMap<Key, (Said, usize)> {
+/// directory's own, see [`sync`]) win in Kbuild. The first `own` units are the directories'
+/// own lines; those the central file resets (`reset`) are not what Kbuild reads.
+fn tree_side(units: &[ImportedUnit], own: usize, reset: &[Key]) -> BTreeMap<Key, (Said, usize)> {
     let mut out = BTreeMap::new();
     for (i, u) in units.iter().enumerate() {
         for (id, setting) in &u.settings {
             let key = (u.dir.clone(), u.object.clone(), canonical_when(&u.when), *id);
+            if i < own && reset.contains(&key) {
+                continue;
+            }
             out.insert(key, (said_of(*id, *setting, u.flags.get(id)), i));
         }
     }
@@ -92,6 +96,16 @@ fn in_base(base: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>) -> bool
     expand_variants(&path, vars).iter().any(|p| base.has(p, key.3)) || base.has(&path, key.3)
 }
 
+/// Whether the policy's state for the key's object and mechanism differs from the last
+/// generation's (a line for an object and mechanism the policy still sets just as before,
+/// under other conditions, is the tree's).
+fn policy_moved(base: &Base, now: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>) -> bool {
+    let path = unit_path(&key.0, key.1.as_deref());
+    let mut variants = expand_variants(&path, vars);
+    variants.push(path);
+    variants.iter().any(|p| base.has(p, key.3) != now.has(p, key.3) || base.state(p, key.3) != now.state(p, key.3))
+}
+
 /// Plan the policy edit. `text` is the main policy file's text; units in included files are
 /// never edited (an update they need is refused, naming them).
 /// `central` holds the units of the central layout's file as it stands in the tree
@@ -99,20 +113,24 @@ fn in_base(base: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>) -> bool
 /// after the directory's own lines, so for the same variable the section's line is what the
 /// tree says (a hand edit there is taken back like one in a block), and a directory's line the
 /// section does not set (a merge brought it) is taken as in the in-place layout.
+/// `reset` holds the directory lines the central file resets ([`super::central_resets`]):
+/// Kbuild reads them as never set, so the tree does not have them (the policy dropped them).
 /// `base` is the last generated state, `now` the policy's state as it stands (its snapshot
 /// computed afresh): a value both sides changed cannot be taken from the tree.
+#[allow(clippy::too_many_arguments)]
 pub fn sync(
     policy: &Policy,
     text: &str,
     scan: &Scan,
     central: &[ImportedUnit],
+    reset: &[Key],
     base: &Base,
     now: &Base,
     program: &str,
 ) -> Result<Synced, Diagnostics> {
     let units: Vec<ImportedUnit> = scan.units.iter().chain(central).cloned().collect();
     let units = units.as_slice();
-    let tree = tree_side(units);
+    let tree = tree_side(units, scan.units.len(), reset);
     let ours = policy_side(policy);
     let main = policy.files.first().map(|(p, _)| p.clone()).unwrap_or_default();
     let mut ahead = Diagnostics::default();
@@ -130,7 +148,14 @@ pub fn sync(
     };
     for (key, (said, t)) in &tree {
         match ours.get(key) {
-            None if !in_base(base, key, &units[*t].vars) || !base.known => add.push((key.clone(), said.clone(), *t)),
+            // The tree has a line the policy lacks: new to the tree, unless the policy dropped it
+            // since the last generation (then `gen-makefiles` is what moves the tree).
+            None if !base.known
+                || !in_base(base, key, &units[*t].vars)
+                || !policy_moved(base, now, key, &units[*t].vars) =>
+            {
+                add.push((key.clone(), said.clone(), *t))
+            }
             None => refuse(
                 None,
                 format!(
