@@ -11,7 +11,7 @@ mod fixture_tree;
 use std::fs;
 use std::path::Path;
 
-use fixture_tree::{run_in, Run};
+use fixture_tree::{git, run_in, Run};
 
 const CENTRAL: &str = "scripts/Makefile.sanpolicy";
 
@@ -163,4 +163,47 @@ fn a_hand_edited_block_is_taken_back_by_sync() {
     let block = read(p, "lib/Makefile");
     assert!(block.contains("KASAN_SANITIZE_a.o := n\n") && block.contains("KCOV_INSTRUMENT_b.o := n\n"), "{block}");
     all_green(p, "block taken back");
+}
+
+/// The hook judges a central-layout tree as CI does: the staged central file and Makefile.build
+/// are read with every unit. Before, it planned only the staged directory's units in a scratch
+/// copy without `scripts/`, so it blocked the adoption commit and every later kbuild edit.
+#[test]
+fn the_hook_judges_the_central_layout_as_ci_does() {
+    let t = adopt_central(MAKEFILE);
+    let p = t.path();
+    let hook = |what: &str, want: i32| {
+        let run = run_in(p, &["pre-commit"]);
+        assert_eq!(run.code, want, "{what}: {}", run.both());
+        run
+    };
+    git(p, &["init", "-q"]);
+    git(p, &["add", "-A"]);
+    hook("the adoption", 0);
+    git(p, &["commit", "-q", "--no-verify", "-m", "adopt"]);
+    // An ordinary kbuild edit.
+    fs::write(p.join("lib/c.c"), "").unwrap();
+    edit(p, "lib/Makefile", "obj-y := a.o b.o\n", "obj-y := a.o b.o c.o\n");
+    git(p, &["add", "-A"]);
+    hook("a kbuild edit without directives", 0);
+    git(p, &["commit", "-q", "--no-verify", "-m", "c"]);
+    // A hand-added directive, as CI would see it.
+    edit(p, "lib/Makefile", "KASAN_SANITIZE_a.o := n\n", "KASAN_SANITIZE_a.o := n\nKCOV_INSTRUMENT_b.o := n\n");
+    git(p, &["add", "-A"]);
+    let blocked = hook("a hand-added directive", 1);
+    assert!(blocked.stderr.contains("KCOV_INSTRUMENT_b.o"), "{}", blocked.both());
+    assert_eq!(run_in(p, &["gen-makefiles", "--check"]).code, 1, "CI gives the same verdict");
+    git(p, &["checkout", "-q", "HEAD", "--", "lib/Makefile"]);
+    // A policy edit staged without the central file it changes, then with it.
+    edit(p, "sanitizer-policy.toml", "skip = [\"kasan\"]", "skip = [\"kasan\", \"kcov\"]");
+    git(p, &["add", "-A"]);
+    hook("a policy edit without its generated lines", 1);
+    ok(p, &["gen-makefiles"]);
+    git(p, &["add", "-A"]);
+    hook("a policy edit with its generated lines", 0);
+    // A hand edit of the central file itself.
+    git(p, &["commit", "-q", "--no-verify", "-m", "kcov"]);
+    edit(p, CENTRAL, "KCOV_INSTRUMENT_a.o := n\n", "");
+    git(p, &["add", "-A"]);
+    hook("a hand-edited central file", 1);
 }

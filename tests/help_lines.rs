@@ -7,7 +7,7 @@ mod fixture_tree;
 use std::fs;
 use std::path::Path;
 
-use fixture_tree::{run_in, Run};
+use fixture_tree::{git, run_in, Run};
 
 /// A tree with 6.12's rule files, `lib/a.c`, `lib/b.c` and `lib/Makefile` as given.
 fn tree(makefile: &str) -> tempfile::TempDir {
@@ -192,14 +192,4 @@ fn green(p: &Path) {
 /// Every text between a pair of backticks, in order.
 fn backticked(s: &str) -> Vec<String> {
     s.split('`').skip(1).step_by(2).map(str::to_string).collect()
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("running git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }

@@ -149,6 +149,10 @@ fn dir_of(path: &str) -> &str {
     path.rsplit_once('/').map_or("", |(d, _)| d)
 }
 
+/// What the central layout writes besides the policy: its file, and the Makefile.build line
+/// that includes it.
+const CENTRAL_INPUTS: [&str; 2] = [crate::emit::central::CENTRAL_FILE, "scripts/Makefile.build"];
+
 fn is_kbuild(path: &str) -> bool {
     matches!(path.rsplit('/').next(), Some("Makefile" | "Kbuild"))
 }
@@ -294,6 +298,12 @@ pub fn pre_commit_started(
                 dirs.insert(dir.clone());
             }
         }
+    }
+    // The central layout's one file holds every directory's lines: a staged kbuild file (or the
+    // central file, or the Makefile.build that includes it) is judged with all of them.
+    let central = policy.layout == crate::policy::Layout::Central;
+    if central && (!dirs.is_empty() || staged.iter().any(|s| CENTRAL_INPUTS.contains(&s.as_str()))) {
+        dirs.extend(policy.units_by_dir().keys().map(|d| d.to_string()));
     }
     let mut blobs = blobs.into_inner();
     let mut fetch = |spec: String| blobs.get(&spec).map_err(|e| e.to_string());
@@ -459,7 +469,20 @@ fn staged_drift(
         }
     }
     let mut sub = policy.clone();
-    sub.units.retain(|u| present.contains(&u.path.kbuild_dir));
+    if sub.layout == crate::policy::Layout::Central {
+        // Planned as the tree is: with the staged central file and the Makefile.build reading
+        // it, and every unit (the central file is rendered from all of them).
+        for rel in CENTRAL_INPUTS {
+            if let Some(bytes) = fetch(format!(":0:{rel}"))? {
+                let path = scratch.path().join(rel);
+                std::fs::create_dir_all(path.parent().unwrap_or(scratch.path())).map_err(|e| e.to_string())?;
+                std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
+                outcome.sources.push((shown(&repo.join(rel)), String::from_utf8_lossy(&bytes).into_owned()));
+            }
+        }
+    } else {
+        sub.units.retain(|u| present.contains(&u.path.kbuild_dir));
+    }
     // Swept: a staged kbuild file of a directory the policy does not name is judged too.
     let plan = crate::generate::plan_tree(&sub, scratch.path(), rules, false, true);
     let moved = |p: &Path| shown(&repo.join(p.strip_prefix(scratch.path()).unwrap_or(p)));

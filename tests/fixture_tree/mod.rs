@@ -249,3 +249,14 @@ pub fn rules_tree(prefix: &str, makefile: &str) -> tempfile::TempDir {
     fs::write(dir.path().join("lib/Makefile"), makefile).unwrap();
     dir
 }
+
+/// `git` in `dir` with a fixed identity and branch name; fails the test when git does.
+pub fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("running git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
