@@ -12,7 +12,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use fixture_tree::{run_in, Fingerprint, Run};
+use fixture_tree::{all_green, ok, run_in, Fingerprint};
 
 const CENTRAL: &str = "scripts/Makefile.sanpolicy";
 
@@ -98,20 +98,6 @@ fn tree(version: &str, makefile: &str) -> tempfile::TempDir {
 
 fn read(t: &Path, rel: &str) -> String {
     fs::read_to_string(t.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
-}
-
-fn ok(t: &Path, args: &[&str]) -> Run {
-    let run = run_in(t, args);
-    assert_eq!(run.code, 0, "{args:?}: {}", run.both());
-    run
-}
-
-/// `check`, `gen-makefiles --check` and `sync --check` all pass.
-fn all_green(t: &Path, what: &str) {
-    for args in [&["check"][..], &["gen-makefiles", "--check"][..], &["sync", "--check"][..]] {
-        let run = run_in(t, args);
-        assert_eq!(run.code, 0, "{what}: {args:?}: {}", run.both());
-    }
 }
 
 /// What Kbuild compiles each object of `lib/` with: GNU make runs the tree's own

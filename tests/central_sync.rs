@@ -11,7 +11,7 @@ mod fixture_tree;
 use std::fs;
 use std::path::Path;
 
-use fixture_tree::{git, run_in, Run};
+use fixture_tree::{all_green, git, ok, run_in};
 
 const CENTRAL: &str = "scripts/Makefile.sanpolicy";
 
@@ -31,20 +31,6 @@ fn edit(t: &Path, rel: &str, from: &str, to: &str) {
     let text = read(t, rel);
     assert!(text.contains(from), "{rel} has no {from:?}:\n{text}");
     fs::write(t.join(rel), text.replacen(from, to, 1)).unwrap();
-}
-
-fn ok(t: &Path, args: &[&str]) -> Run {
-    let run = run_in(t, args);
-    assert_eq!(run.code, 0, "{args:?}: {}", run.both());
-    run
-}
-
-/// `check`, `gen-makefiles --check` and `sync --check` all pass.
-fn all_green(t: &Path, what: &str) {
-    for args in [&["check"][..], &["gen-makefiles", "--check"][..], &["sync", "--check"][..]] {
-        let run = run_in(t, args);
-        assert_eq!(run.code, 0, "{what}: {args:?}: {}", run.both());
-    }
 }
 
 fn adopt_central(makefile: &str) -> tempfile::TempDir {

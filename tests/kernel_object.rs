@@ -101,24 +101,8 @@ fn real_6_12() -> &'static Path {
     static TREE: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
     &TREE
         .get_or_init(|| {
-            let tarball = Path::new("/usr/src/linux-source-6.12.tar.xz");
-            assert!(
-                tarball.is_file(),
-                "{} is missing: install it with `apt-get install linux-source-6.12` (.ci/run does)",
-                tarball.display()
-            );
-            let dir = tempfile::Builder::new().prefix("sanpolicy-kobj-6.12-").tempdir().unwrap();
             let members = ["scripts/Makefile.lib", "scripts/Makefile.build", "rust/Makefile", "rust/build_error.rs"];
-            let status = Command::new("tar")
-                .arg("-xJf")
-                .arg(tarball)
-                .arg("-C")
-                .arg(dir.path())
-                .args(members.iter().map(|m| format!("linux-source-6.12/{m}")))
-                .status()
-                .unwrap();
-            assert!(status.success(), "tar failed: {status}");
-            let tree = dir.path().join("linux-source-6.12");
+            let (dir, tree) = fixture_tree::extract_6_12("sanpolicy-kobj-6.12-", &members);
             fs::write(tree.join("sanitizer-policy.toml"), POLICY).unwrap();
             (dir, tree)
         })

@@ -230,8 +230,8 @@ pub struct Prepared<'f> {
     runs: HashMap<RunKey, Env>,
     /// Assignments by the variable name they assign; names with a reference are in `dynamic`.
     assigns: Option<Assigns>,
-    /// Per assignment, the conditions deciding whether it runs.
-    guards: Option<Vec<Vec<Condition>>>,
+    /// The conditions deciding whether each line runs.
+    guards: Option<Guards>,
 }
 
 impl<'f> Prepared<'f> {
@@ -479,9 +479,10 @@ impl<'f> Prepared<'f> {
                 enqueue(var, &mut todo);
             }
         }
+        let guards = self.guards.get_or_insert_with(|| guards_of(file));
         // A target-specific `is-kernel-object` naming the object: its conditions and value.
         if rules.decision(id).is_some_and(|d| d.reads_kernel_object()) {
-            for (t, conditions) in file.kernel_object_lines.iter().zip(target_guards(file)) {
+            for (t, conditions) in file.kernel_object_lines.iter().zip(&guards.targets) {
                 if t.objects.iter().any(|o| naming.stem(o) == stem) {
                     let mut refs = usage.text(&t.value);
                     conditions.iter().for_each(|c| refs.extend(usage.condition(c)));
@@ -489,7 +490,6 @@ impl<'f> Prepared<'f> {
                 }
             }
         }
-        let guards = self.guards.get_or_insert_with(|| guards_of(file));
         let mut seen: BTreeSet<usize> = BTreeSet::new();
         while let Some(i) = todo.pop() {
             if !seen.insert(i) {
@@ -498,7 +498,7 @@ impl<'f> Prepared<'f> {
             let a = &file.assignments[i];
             let mut refs = usage.text(&a.name);
             refs.extend(usage.text(&a.value));
-            for c in &guards[i] {
+            for c in &guards.assignments[i] {
                 refs.extend(usage.condition(c));
             }
             for var in refs {
@@ -538,10 +538,21 @@ fn could_name(name: &str, var: &str) -> bool {
     middle.ends_with(last)
 }
 
-/// For each assignment, every condition that decides whether it runs: those of the enclosing
-/// `if`s and of the earlier branches of their `else if` chains.
-fn guards_of(file: &KbuildFile) -> Vec<Vec<Condition>> {
-    let mut out = vec![Vec::new(); file.assignments.len()];
+/// For each line, every condition that decides whether it runs: those of the enclosing `if`s and
+/// of the earlier branches of their `else if` chains.
+struct Guards {
+    /// Per assignment (and `undefine`).
+    assignments: Vec<Vec<Condition>>,
+    /// Per target-specific `is-kernel-object` line.
+    targets: Vec<Vec<Condition>>,
+}
+
+/// The file's [`Guards`], in one walk over its events.
+fn guards_of(file: &KbuildFile) -> Guards {
+    let mut guards = Guards {
+        assignments: vec![Vec::new(); file.assignments.len()],
+        targets: vec![Vec::new(); file.kernel_object_lines.len()],
+    };
     let mut stack: Vec<Vec<Condition>> = Vec::new();
     for event in &file.events {
         match event {
@@ -551,29 +562,11 @@ fn guards_of(file: &KbuildFile) -> Vec<Vec<Condition>> {
             Event::Endif => {
                 stack.pop();
             }
-            Event::Assign(i) | Event::Undefine(i) => out[*i] = stack.iter().flatten().cloned().collect(),
-            Event::Target(_) => {}
+            Event::Assign(i) | Event::Undefine(i) => guards.assignments[*i] = stack.iter().flatten().cloned().collect(),
+            Event::Target(i) => guards.targets[*i] = stack.iter().flatten().cloned().collect(),
         }
     }
-    out
-}
-
-/// [`guards_of`] for the file's target-specific `is-kernel-object` lines.
-fn target_guards(file: &KbuildFile) -> Vec<Vec<Condition>> {
-    let mut out = vec![Vec::new(); file.kernel_object_lines.len()];
-    let mut stack: Vec<Vec<Condition>> = Vec::new();
-    for event in &file.events {
-        match event {
-            Event::If(c) => stack.push(vec![c.clone()]),
-            Event::Else(Some(c)) => stack.last_mut().into_iter().for_each(|l| l.push(c.clone())),
-            Event::Endif => {
-                stack.pop();
-            }
-            Event::Target(i) => out[*i] = stack.iter().flatten().cloned().collect(),
-            Event::Else(None) | Event::Assign(_) | Event::Undefine(_) => {}
-        }
-    }
-    out
+    guards
 }
 
 /// How the symbols are used in the lines read: which are referenced as values (so `y` and `m`

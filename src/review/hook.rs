@@ -444,11 +444,7 @@ fn staged_drift(
         let mut found = false;
         for name in ["Kbuild", "Makefile"] {
             let rel = join(d, name);
-            if let Some(bytes) = fetch(format!(":0:{rel}"))? {
-                let path = scratch.path().join(&rel);
-                std::fs::create_dir_all(path.parent().unwrap_or(scratch.path())).map_err(|e| e.to_string())?;
-                std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
-                outcome.sources.push((shown(&repo.join(&rel)), String::from_utf8_lossy(&bytes).into_owned()));
+            if staged_into(scratch.path(), repo, &rel, fetch, outcome)? {
                 found = true;
                 break;
             }
@@ -473,12 +469,7 @@ fn staged_drift(
         // Planned as the tree is: with the staged central file and the Makefile.build reading
         // it, and every unit (the central file is rendered from all of them).
         for rel in CENTRAL_INPUTS {
-            if let Some(bytes) = fetch(format!(":0:{rel}"))? {
-                let path = scratch.path().join(rel);
-                std::fs::create_dir_all(path.parent().unwrap_or(scratch.path())).map_err(|e| e.to_string())?;
-                std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
-                outcome.sources.push((shown(&repo.join(rel)), String::from_utf8_lossy(&bytes).into_owned()));
-            }
+            staged_into(scratch.path(), repo, rel, fetch, outcome)?;
         }
     } else {
         sub.units.retain(|u| present.contains(&u.path.kbuild_dir));
@@ -503,6 +494,23 @@ fn staged_drift(
         outcome.stale.push(Change { path: moved(&c.path), ..c });
     }
     Ok(())
+}
+
+/// The staged text of `rel` (relative to the repository), written at the same place under
+/// `scratch` and kept as a source for diagnostics; false when the index has no such file.
+fn staged_into(
+    scratch: &Path,
+    repo: &Path,
+    rel: &str,
+    fetch: &mut dyn FnMut(String) -> Result<Option<Vec<u8>>, String>,
+    outcome: &mut Outcome,
+) -> Result<bool, String> {
+    let Some(bytes) = fetch(format!(":0:{rel}"))? else { return Ok(false) };
+    let path = scratch.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap_or(scratch)).map_err(|e| e.to_string())?;
+    std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
+    outcome.sources.push((shown(&repo.join(rel)), String::from_utf8_lossy(&bytes).into_owned()));
+    Ok(true)
 }
 
 /// The hook script `install-hook` writes; the marker line identifies it as ours.

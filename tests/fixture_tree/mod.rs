@@ -260,3 +260,42 @@ pub fn git(dir: &Path, args: &[&str]) {
         .expect("running git");
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `members` of Debian's 6.12 source package (paths inside the tree), extracted into a new
+/// directory named with `prefix`: the directory, and the tree inside it. Fails loudly when the
+/// package is not installed.
+pub fn extract_6_12(prefix: &str, members: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let tarball = Path::new("/usr/src/linux-source-6.12.tar.xz");
+    assert!(
+        tarball.is_file(),
+        "{} is missing: install it with `apt-get install linux-source-6.12` (.ci/run does)",
+        tarball.display()
+    );
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let status = Command::new("tar")
+        .arg("-xJf")
+        .arg(tarball)
+        .arg("-C")
+        .arg(dir.path())
+        .args(members.iter().map(|m| format!("linux-source-6.12/{m}")))
+        .status()
+        .unwrap();
+    assert!(status.success(), "tar failed: {status}");
+    let tree = dir.path().join("linux-source-6.12");
+    (dir, tree)
+}
+
+/// `args` run in `t`, which must exit 0.
+pub fn ok(t: &Path, args: &[&str]) -> Run {
+    let run = run_in(t, args);
+    assert_eq!(run.code, 0, "{args:?}: {}", run.both());
+    run
+}
+
+/// `check`, `gen-makefiles --check` and `sync --check` all pass.
+pub fn all_green(t: &Path, what: &str) {
+    for args in [&["check"][..], &["gen-makefiles", "--check"][..], &["sync", "--check"][..]] {
+        let run = run_in(t, args);
+        assert_eq!(run.code, 0, "{what}: {args:?}: {}", run.both());
+    }
+}
