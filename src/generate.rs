@@ -116,6 +116,9 @@ fn open_dir_known(
     known: Option<Swept>,
 ) -> Option<(PathBuf, PathBuf, String, String, Option<KbuildFile>)> {
     let tree = at.tree;
+    if let Some(swept) = known.and_then(|k| swept_file(at, k)) {
+        return Some(swept);
+    }
     let unit_at = units.first().map(|u| u.location.clone());
     let dir_path = tree.join(dir);
     let located = |d: Diagnostic| match &unit_at {
@@ -141,11 +144,6 @@ fn open_dir_known(
             return None;
         }
     };
-    if let Some(Swept { path: swept, read: Some((old, parsed)) }) = known {
-        if swept == path {
-            return Some((path, target, display, old, Some(parsed)));
-        }
-    }
     match read_kbuild(&path) {
         Ok(old) => Some((path, target, display, old, None)),
         Err(d) => {
@@ -153,6 +151,23 @@ fn open_dir_known(
             None
         }
     }
+}
+
+/// A kbuild file as the sweep read it, ready to plan without opening it again. The sweep
+/// reached it through directories it listed as directories (never following a symlink) and
+/// read it only as a regular file, Kbuild's pick for its directory: it is inside the tree at
+/// its own path, so resolving it once more (a stat per path component) would find nothing new.
+/// A link swapped in since is the writer's to catch: it re-verifies every target at rename. Its real path still joins
+/// `seen`, so a symlinked directory planned later that leads to it is caught; `None` when it is
+/// already there (the full check reports it).
+fn swept_file(at: &mut Site, swept: Swept) -> Option<(PathBuf, PathBuf, String, String, Option<KbuildFile>)> {
+    let Swept { path, read: Some((old, parsed)) } = swept else { return None };
+    let rel = path.strip_prefix(at.tree).ok()?;
+    if !at.seen.insert(at.root.join(rel)) {
+        return None;
+    }
+    let display = rel.display().to_string();
+    Some((path.clone(), path, display, old, Some(parsed)))
 }
 
 /// The central layout: one generated file for the whole tree (`scripts/Makefile.sanpolicy`),

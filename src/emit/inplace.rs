@@ -86,7 +86,6 @@ struct Splice {
 /// Reconcile `text` (parsed as `file`) with `units`, the units of this directory (indices are
 /// positions in `units`).
 pub fn reconcile(text: &str, file: &KbuildFile, units: &[&Unit], rules: &Rules) -> Reconciled {
-    let lines = LineStarts::new(text);
     let mut existing: BTreeMap<LineKey, Vec<(usize, LineValue)>> = BTreeMap::new();
     for (i, d) in file.directives() {
         if let Some((key, value)) = existing_key(&file.assignments[i], d, rules) {
@@ -128,12 +127,18 @@ pub fn reconcile(text: &str, file: &KbuildFile, units: &[&Unit], rules: &Rules) 
         removed.extend(found.into_iter().map(|(i, _)| i));
     }
     removed.sort_unstable();
+    if removed.is_empty() && inserts.is_empty() {
+        // Only changed values (or nothing, as in every up-to-date `--check`): no line moves,
+        // so the file's index of neighbours is not needed.
+        return Reconciled { text: apply(text, splices), edits };
+    }
     for &i in &removed {
         let a = &file.assignments[i];
         edits.push(Edit::Removed { line: a.line, text: line_text(text, a) });
     }
     let gone: HashSet<usize> = removed.iter().copied().collect();
     let index = Index::new(file, rules, &gone);
+    let lines = LineStarts::new(text);
     splices.extend(removals(text, file, &index, &lines, &removed, &gone));
     for (order, (key, u, id)) in inserts.into_iter().enumerate() {
         if let Some(s) = insertion(text, file, &index, &key, units[u], id, rules, order) {

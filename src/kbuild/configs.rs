@@ -16,7 +16,10 @@
 //! its value from that build, and whether the object is a kernel object is read from the
 //! file's `obj-y`/`obj-m`/`lib-y` under it: one run, a definite answer.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+// Keys are names from the tree (see `eval`): foldhash, seeded per process.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use super::dotconfig::DotConfig;
 use super::eval::{Env, Evaluate};
@@ -232,6 +235,11 @@ pub struct Prepared<'f> {
     assigns: Option<Assigns>,
     /// The conditions deciding whether each line runs.
     guards: Option<Guards>,
+    /// The symbol usage of every line reachable from a set of seed lines (sorted), by that
+    /// set: objects of one directory mostly share their seeds (its directory-wide lines).
+    closures: HashMap<Vec<usize>, Usage>,
+    /// [`setters`] of the variables looked up so far.
+    setters: HashMap<String, Vec<usize>>,
 }
 
 impl<'f> Prepared<'f> {
@@ -244,6 +252,8 @@ impl<'f> Prepared<'f> {
             runs: HashMap::new(),
             assigns: None,
             guards: None,
+            closures: HashMap::new(),
+            setters: HashMap::new(),
         }
     }
 
@@ -449,34 +459,26 @@ impl<'f> Prepared<'f> {
         let mut seeds = lines.everywhere.clone();
         seeds.extend(lines.by_stem.get(&stem).into_iter().flatten());
         let file = self.file;
-        let (by_name, dynamic) = self.assigns.get_or_insert_with(|| {
-            let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
-            let mut dynamic = Vec::new();
-            for (i, a) in file.assignments.iter().enumerate() {
-                if a.name.contains('$') {
-                    dynamic.push(i);
-                } else {
-                    by_name.entry(a.name.trim().to_string()).or_default().push(i);
-                }
-            }
-            (by_name, dynamic)
-        });
+        let (by_name, dynamic) = self.assigns.get_or_insert_with(|| assigns_of(file));
+        let known = &mut self.setters;
         let mut usage = Usage::default();
-        let mut vars_seen: BTreeSet<String> = BTreeSet::new();
-        let mut todo = seeds;
-        // Every assignment that can set `var` joins the lines read.
-        let mut enqueue = |var: String, todo: &mut Vec<usize>| {
-            if vars_seen.insert(var.clone()) {
-                todo.extend(by_name.get(&var).into_iter().flatten());
-                todo.extend(dynamic.iter().filter(|d| could_name(&file.assignments[**d].name, &var)));
+        // Every assignment that can set `var` is read. The variables every object's expression
+        // reads (`KASAN_SANITIZE`, `is-kernel-object`, …) are looked up once per file.
+        let mut setting = |var: &str, seeds: &mut Vec<usize>| match known.get(var) {
+            Some(found) => seeds.extend(found),
+            None => {
+                let found = setters(file, by_name, dynamic, var);
+                seeds.extend(&found);
+                known.insert(var.to_string(), found);
             }
         };
         // The decision expression reads the `*_ALL` switches, the object's own variables and
         // any other (`ccflags-y`, `is-kernel-object`), named for this object.
         if let Some(d) = rules.decision(id) {
-            let expression = d.expression.replace(&format!("$({})", d.naming.make_name()), &stem);
-            for var in usage.text(&expression) {
-                enqueue(var, &mut todo);
+            let refs = d.references_for(&stem);
+            usage.names(&refs);
+            for var in &refs {
+                setting(var, &mut seeds);
             }
         }
         let guards = self.guards.get_or_insert_with(|| guards_of(file));
@@ -486,27 +488,78 @@ impl<'f> Prepared<'f> {
                 if t.objects.iter().any(|o| naming.stem(o) == stem) {
                     let mut refs = usage.text(&t.value);
                     conditions.iter().for_each(|c| refs.extend(usage.condition(c)));
-                    refs.into_iter().for_each(|var| enqueue(var, &mut todo));
+                    refs.into_iter().for_each(|var| setting(var, &mut seeds));
                 }
             }
         }
-        let mut seen: BTreeSet<usize> = BTreeSet::new();
-        while let Some(i) = todo.pop() {
-            if !seen.insert(i) {
-                continue;
+        seeds.sort_unstable();
+        seeds.dedup();
+        // What the lines reached from the seeds use depends on the seeds alone (a variable
+        // named above has its setters among them already), so it is walked once per seed set.
+        let reached = match self.closures.get(&seeds) {
+            Some(reached) => reached,
+            None => {
+                let reached = closure(file, by_name, dynamic, guards, &seeds);
+                self.closures.entry(seeds).or_insert(reached)
             }
-            let a = &file.assignments[i];
-            let mut refs = usage.text(&a.name);
-            refs.extend(usage.text(&a.value));
-            for c in &guards.assignments[i] {
-                refs.extend(usage.condition(c));
-            }
-            for var in refs {
-                enqueue(var, &mut todo);
-            }
-        }
+        };
+        usage.merge(reached);
         usage.symbols(id.get().config)
     }
+}
+
+/// Assignments by the variable name they assign; those whose name holds a reference apart.
+fn assigns_of(file: &KbuildFile) -> Assigns {
+    let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut dynamic = Vec::new();
+    for (i, a) in file.assignments.iter().enumerate() {
+        if a.name.contains('$') {
+            dynamic.push(i);
+        } else {
+            by_name.entry(a.name.trim().to_string()).or_default().push(i);
+        }
+    }
+    (by_name, dynamic)
+}
+
+/// The assignments that can set `var`: by its name, or by a name with references that can
+/// expand to it.
+fn setters(file: &KbuildFile, by_name: &HashMap<String, Vec<usize>>, dynamic: &[usize], var: &str) -> Vec<usize> {
+    let mut found: Vec<usize> = by_name.get(var).cloned().unwrap_or_default();
+    found.extend(dynamic.iter().filter(|d| could_name(&file.assignments[**d].name, var)));
+    found
+}
+
+/// The symbol usage of the assignments `seeds` and of every assignment that can set a variable
+/// they (their names, values or guarding conditions) reference, transitively.
+fn closure(
+    file: &KbuildFile,
+    by_name: &HashMap<String, Vec<usize>>,
+    dynamic: &[usize],
+    guards: &Guards,
+    seeds: &[usize],
+) -> Usage {
+    let mut usage = Usage::default();
+    let mut vars_seen: HashSet<&str> = HashSet::new();
+    let mut todo = seeds.to_vec();
+    let mut seen: BTreeSet<usize> = BTreeSet::new();
+    while let Some(i) = todo.pop() {
+        if !seen.insert(i) {
+            continue;
+        }
+        let a = &file.assignments[i];
+        let mut refs = usage.text(&a.name);
+        refs.extend(usage.text(&a.value));
+        for c in &guards.assignments[i] {
+            refs.extend(usage.condition(c));
+        }
+        for var in refs {
+            if vars_seen.insert(var) {
+                todo.extend(setters(file, by_name, dynamic, var));
+            }
+        }
+    }
+    usage
 }
 
 /// Whether a name with references (`obj-$(CONFIG_X)`) can expand to `var`: its literal parts
@@ -578,16 +631,35 @@ struct Usage {
 }
 
 impl Usage {
-    /// The variables `text` references; records the `CONFIG_` ones.
-    fn text(&mut self, text: &str) -> Vec<String> {
-        let refs = references(text);
-        for r in refs.iter().filter(|r| r.starts_with("CONFIG_")) {
-            self.symbols.entry(r.clone()).or_default().0 = true;
+    /// `other`'s usage added to this one's.
+    fn merge(&mut self, other: &Usage) {
+        for (symbol, (referenced, literals)) in &other.symbols {
+            let entry = self.symbols.entry(symbol.clone()).or_default();
+            entry.0 |= referenced;
+            entry.1.extend(literals.iter().cloned());
         }
+    }
+
+    /// The variables `text` references; records the `CONFIG_` ones.
+    fn text<'t>(&mut self, text: &'t str) -> Vec<&'t str> {
+        let refs: Vec<&str> = reference_names(text).collect();
+        self.names(&refs);
         refs
     }
 
-    fn condition(&mut self, c: &Condition) -> Vec<String> {
+    /// Records the `CONFIG_` names among `refs` as referenced.
+    fn names(&mut self, refs: &[impl AsRef<str>]) {
+        for r in refs.iter().map(AsRef::as_ref).filter(|r| r.starts_with("CONFIG_")) {
+            match self.symbols.get_mut(r) {
+                Some(entry) => entry.0 = true,
+                None => {
+                    self.symbols.insert(r.to_string(), (true, BTreeSet::new()));
+                }
+            }
+        }
+    }
+
+    fn condition<'c>(&mut self, c: &'c Condition) -> Vec<&'c str> {
         let mut refs = Vec::new();
         for a in &c.args {
             refs.extend(self.text(a));
@@ -595,9 +667,9 @@ impl Usage {
         match c.kind {
             CondKind::Ifdef | CondKind::Ifndef => {
                 if let Some(name) = c.args.first().filter(|a| !a.contains('$')) {
-                    let name = name.trim().to_string();
+                    let name = name.trim();
                     if name.starts_with("CONFIG_") {
-                        self.symbols.entry(name.clone()).or_default();
+                        self.symbols.entry(name.to_string()).or_default();
                     }
                     refs.push(name);
                 }
@@ -635,26 +707,32 @@ impl Usage {
 /// Names inside `$(…)`/`${…}` references, nested ones included (`$(A_$(B))` gives `B` and the
 /// dynamic `A_`).
 pub(crate) fn references(text: &str) -> Vec<String> {
+    reference_names(text).map(str::to_string).collect()
+}
+
+/// [`references`], borrowed from `text`.
+fn reference_names(text: &str) -> impl Iterator<Item = &str> {
     let bytes = text.as_bytes();
-    let mut out = Vec::new();
+    let name = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.');
     let mut i = 0;
-    while i + 1 < bytes.len() {
-        if bytes[i] == b'$' && (bytes[i + 1] == b'(' || bytes[i + 1] == b'{') {
-            let start = i + 2;
-            let end = text[start..]
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
-                .map_or(text.len(), |e| start + e);
-            if end > start {
-                out.push(text[start..end].to_string());
+    std::iter::from_fn(move || {
+        while i + 1 < bytes.len() {
+            match (bytes[i], bytes[i + 1]) {
+                (b'$', b'(' | b'{') => {
+                    let start = i + 2;
+                    let end = bytes[start..].iter().position(|b| !name(*b)).map_or(bytes.len(), |e| start + e);
+                    i = start;
+                    if end > start {
+                        // The name's bytes are ASCII: `start` and `end` are char boundaries.
+                        return Some(&text[start..end]);
+                    }
+                }
+                (b'$', b'$') => i += 2,
+                _ => i += 1,
             }
-            i = start;
-        } else if bytes[i] == b'$' && bytes[i + 1] == b'$' {
-            i += 2;
-        } else {
-            i += 1;
         }
-    }
-    out
+        None
+    })
 }
 
 /// Kbuild's `is-kernel-object`: the object is in `real-obj-y`, `lib-y` or `real-obj-m`.

@@ -3,7 +3,10 @@
 //! expressions see. Functions other than the few Kbuild uses in names expand to nothing, as an
 //! undefined `$(call …)` does in make.
 
-use std::collections::HashMap;
+// Variable names come from the tree's Makefiles: foldhash is seeded per process (no chosen-key
+// flooding) and, unlike SipHash, cheap on the many short names one run looks up.
+use foldhash::HashMap;
+use foldhash::HashMapExt;
 
 use crate::makefile::{Condition, Event, KbuildFile, Op};
 
@@ -153,20 +156,26 @@ impl Env {
     }
 
     /// Expand `text` with `overlay`'s variables set on top (as the rule's target-specific
-    /// values are), leaving this environment as it is.
+    /// values are, simply expanded), leaving this environment as it is.
     pub fn expand_with(&self, text: &str, overlay: &[(String, String)]) -> String {
-        let mut env = self.clone();
-        for (name, value) in overlay {
-            env.set(name, value);
-        }
-        env.expand(text)
+        Scope { env: self, overlay }.expand_depth(text, 0)
     }
 
     /// Expand `$(…)`, `${…}` and `$X` references.
     pub fn expand(&self, text: &str) -> String {
-        self.expand_depth(text, 0)
+        Scope { env: self, overlay: &[] }.expand_depth(text, 0)
     }
+}
 
+/// An environment as one expansion sees it: `overlay`'s simple variables over `env`'s. The
+/// overlay is looked at first instead of copied in: a flags expression is expanded for every
+/// object, and copying a run's variables each time cost more than the expansion.
+struct Scope<'a> {
+    env: &'a Env,
+    overlay: &'a [(String, String)],
+}
+
+impl Scope<'_> {
     fn expand_depth(&self, text: &str, depth: usize) -> String {
         if depth > 64 || !text.contains('$') {
             return text.to_string();
@@ -200,7 +209,11 @@ impl Env {
     }
 
     fn value_depth(&self, name: &str, depth: usize) -> String {
-        match self.vars.get(name) {
+        // The last overlay entry for a name wins, as the last `set` did.
+        if let Some((_, value)) = self.overlay.iter().rev().find(|(n, _)| n == name) {
+            return value.clone();
+        }
+        match self.env.vars.get(name) {
             Some(v) if v.recursive => self.expand_depth(&v.value, depth + 1),
             Some(v) => v.value.clone(),
             None => String::new(),
@@ -330,6 +343,18 @@ fn patsubst(pattern: &str, replacement: &str, word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An overlay is set on top for one expansion: it wins over the run's value, the last
+    /// entry for a name wins, a recursive variable sees it, and the run is left as it was.
+    #[test]
+    fn an_overlay_is_on_top_for_one_expansion() {
+        let mut env = Env::default();
+        env.run(&crate::makefile::parse("B := run\nA = <$(B)>\n"), &mut Evaluate);
+        let overlay = [("B".to_string(), "first".to_string()), ("B".to_string(), "last".to_string())];
+        assert_eq!(env.expand_with("$(A) $(B)", &overlay), "<last> last");
+        assert_eq!(env.expand("$(A) $(B)"), "<run> run");
+        assert_eq!(env.expand_with("$(C)", &[("C".to_string(), "$(B)".to_string())]), "$(B)");
+    }
     use crate::makefile::parse;
 
     #[test]

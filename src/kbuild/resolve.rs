@@ -116,7 +116,7 @@ fn flags(id: MechId, decision: &super::rules::Decision, stem: &str, env: &Env) -
     let words = env.expand_with(expr, &overlay);
     let on = marked(&words);
     // The variables the expression reads (per-object ones named for this object) that carry the flags.
-    let by = super::configs::references(&expr.replace(&format!("$({naming})"), stem))
+    let by = super::configs::references(&decision.expression_for(stem))
         .into_iter()
         .filter(|v| !v.starts_with("KBUILD_") && marked(&env.value(v)))
         .collect();

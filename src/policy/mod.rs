@@ -156,6 +156,24 @@ pub struct Policy {
     pub builtin: Option<(PathBuf, String)>,
 }
 
+impl Policy {
+    /// This policy with only the units `keep` keeps: what planning a few directories needs,
+    /// without copying every other unit first.
+    pub fn with_units_where(&self, keep: impl Fn(&Unit) -> bool) -> Policy {
+        Policy {
+            files: self.files.clone(),
+            units: self.units.iter().filter(|u| keep(u)).cloned().collect(),
+            requirements: self.requirements.clone(),
+            crates: self.crates.clone(),
+            profiles: self.profiles.clone(),
+            layout: self.layout,
+            builtin_requirements: self.builtin_requirements,
+            acknowledged: self.acknowledged.clone(),
+            builtin: self.builtin.clone(),
+        }
+    }
+}
+
 impl Default for Policy {
     fn default() -> Policy {
         Policy {

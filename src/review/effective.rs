@@ -74,8 +74,11 @@ pub fn compute_in(policy: &Policy, rules: &Rules, files: &BTreeMap<String, Kbuil
             let file = prepared
                 .entry((unit.path.kbuild_dir.as_str(), site.preset.clone()))
                 .or_insert_with(|| configs::Prepared::new(file, &site.preset));
+            // One key per spelling, its mechanism changed in place: the lookup clones nothing.
+            let mut key = (shown, MechId::all().next().expect("a mechanism"));
             for id in MechId::all() {
-                if out.contains_key(&(shown.clone(), id)) {
+                key.1 = id;
+                if out.contains_key(&key) {
                     continue;
                 }
                 // With no line for it in the file, an object has the (default) state.
@@ -85,7 +88,7 @@ pub fn compute_in(policy: &Policy, rules: &Rules, files: &BTreeMap<String, Kbuil
                 let Some(state) = file.state(rules, id, &site.object, true) else { continue };
                 if Some(&state) != defaults[&id].as_ref() || unit.settings.contains_key(&id) {
                     let explaining = explaining.unit(unit, id).or(Some(index));
-                    out.insert((shown.clone(), id), Entry { state, unit: explaining, at: site.clone() });
+                    out.insert(key.clone(), Entry { state, unit: explaining, at: site.clone() });
                 }
             }
         }
@@ -119,14 +122,14 @@ fn variants(unit: &Unit) -> Vec<(String, Site)> {
 /// [`explaining_unit`] for every unit at once: indexed, so a policy of 100k units is not
 /// searched once per unit.
 struct Explaining<'a> {
-    own: std::collections::HashMap<(&'a crate::policy::UnitPath, MechId), usize>,
-    directory: std::collections::HashMap<(&'a str, MechId), usize>,
+    own: foldhash::HashMap<(&'a crate::policy::UnitPath, MechId), usize>,
+    directory: foldhash::HashMap<(&'a str, MechId), usize>,
 }
 
 impl<'a> Explaining<'a> {
     fn new(policy: &'a Policy) -> Explaining<'a> {
-        let mut own = std::collections::HashMap::new();
-        let mut directory = std::collections::HashMap::new();
+        let mut own = foldhash::HashMap::default();
+        let mut directory = foldhash::HashMap::default();
         for (i, u) in policy.units.iter().enumerate() {
             for id in u.settings.keys() {
                 own.entry((&u.path, *id)).or_insert(i);
