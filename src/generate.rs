@@ -157,9 +157,9 @@ fn open_dir_known(
 /// reached it through directories it listed as directories (never following a symlink) and
 /// read it only as a regular file, Kbuild's pick for its directory: it is inside the tree at
 /// its own path, so resolving it once more (a stat per path component) would find nothing new.
-/// A link swapped in since is the writer's to catch: it re-verifies every target at rename. Its real path still joins
-/// `seen`, so a symlinked directory planned later that leads to it is caught; `None` when it is
-/// already there (the full check reports it).
+/// A link swapped in since is the writer's to catch: it re-verifies every target at rename.
+/// Its real path still joins `seen`, so a symlinked directory planned later that leads to it
+/// is caught; `None` when it is already there (the full check reports it).
 fn swept_file(at: &mut Site, swept: Swept) -> Option<(PathBuf, PathBuf, String, String, Option<KbuildFile>)> {
     let Swept { path, read: Some((old, parsed)) } = swept else { return None };
     let rel = path.strip_prefix(at.tree).ok()?;

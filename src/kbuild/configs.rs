@@ -710,10 +710,15 @@ pub(crate) fn references(text: &str) -> Vec<String> {
     reference_names(text).map(str::to_string).collect()
 }
 
+/// Whether `b` can be part of a variable name as [`references`] reads one.
+pub(crate) fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')
+}
+
 /// [`references`], borrowed from `text`.
 fn reference_names(text: &str) -> impl Iterator<Item = &str> {
     let bytes = text.as_bytes();
-    let name = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.');
+    let name = is_name_byte;
     let mut i = 0;
     std::iter::from_fn(move || {
         while i + 1 < bytes.len() {

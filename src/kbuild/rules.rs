@@ -105,8 +105,7 @@ impl Decision {
     /// characters is put in its place. A stem of other characters ends a name where it
     /// stands, so it is scanned as it is.
     pub fn references_for(&self, stem: &str) -> Vec<String> {
-        let plain = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if !plain(stem) || self.expression.contains(STEM) {
+        if !stem.bytes().all(super::configs::is_name_byte) || self.expression.contains(STEM) {
             return super::configs::references(&self.expression_for(stem));
         }
         let template = self.references.0.get_or_init(|| {
@@ -119,17 +118,17 @@ impl Decision {
     /// The expression as make expands it for one object: each `$(target-stem)` (or
     /// `$(basetarget)`) replaced by the object's stem.
     pub fn expression_for(&self, stem: &str) -> String {
-        let reference = match self.naming {
-            Naming::TargetStem => "$(target-stem)",
-            Naming::Basetarget => "$(basetarget)",
-        };
+        fn after<'s>(s: &'s str, name: &str) -> Option<&'s str> {
+            s.strip_prefix("$(")?.strip_prefix(name)?.strip_prefix(')')
+        }
+        let name = self.naming.make_name();
         let mut out = String::with_capacity(self.expression.len() + 4 * stem.len());
         let mut rest = self.expression.as_str();
         // A `$` starts every occurrence: memchr skips to it (this runs once per object and
         // mechanism, so `str::replace`'s searcher set-up per call was a visible cost).
         while let Some(i) = memchr::memchr(b'$', rest.as_bytes()) {
             out.push_str(&rest[..i]);
-            match rest[i..].strip_prefix(reference) {
+            match after(&rest[i..], name) {
                 Some(after) => {
                     out.push_str(stem);
                     rest = after;
