@@ -62,19 +62,37 @@ pub fn plan_tree(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep
 /// [`plan_tree`] with the whole-tree sweep already made (or none), so that a caller can run it
 /// while it reads the policy.
 pub fn plan_tree_swept(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: Option<Sweep>) -> Plan {
+    let at = Site::on_disk(tree);
     match policy.layout {
-        Layout::InPlace => plan_in_place(policy, tree, rules, sweep),
-        Layout::Block => plan_blocks(policy, tree, rules, force, sweep),
-        Layout::Central => plan_central(policy, tree, rules, force, sweep),
+        Layout::InPlace => plan_in_place(policy, at, rules, sweep),
+        Layout::Block => plan_blocks(policy, at, rules, force, sweep),
+        Layout::Central => plan_central(policy, at, rules, force, sweep),
+    }
+}
+
+/// Kbuild files given by their bytes rather than read from a tree, by path relative to it: what
+/// the pre-commit hook plans is the index, not the work tree.
+pub type Staged = BTreeMap<String, Vec<u8>>;
+
+/// [`plan_tree`] with a sweep over `staged` instead of the tree: every kbuild file is read from
+/// `staged`, and a directory without one there has none. Locations name the files under `tree`
+/// (where they would be written), though nothing of the tree is read.
+pub fn plan_staged(policy: &Policy, tree: &Path, rules: &Rules, staged: &Staged) -> Plan {
+    let at = Site::staged(tree, staged);
+    let sweep = Some(sweep_staged(tree, staged));
+    match policy.layout {
+        Layout::InPlace => plan_in_place(policy, at, rules, sweep),
+        Layout::Block => plan_blocks(policy, at, rules, false, sweep),
+        Layout::Central => plan_central(policy, at, rules, false, sweep),
     }
 }
 
 /// The in-place layout: every directory the policy names, and with `sweep` every directory
 /// whose kbuild file holds a directive, reconciled line by line with its units.
-fn plan_in_place(policy: &Policy, tree: &Path, rules: &Rules, sweep: Option<Sweep>) -> Plan {
+fn plan_in_place(policy: &Policy, mut at: Site, rules: &Rules, sweep: Option<Sweep>) -> Plan {
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
-    let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
+    let tree = at.tree;
     let mut dirs: BTreeMap<String, Vec<&Unit>> = by_dir.iter().map(|(d, u)| (d.to_string(), u.clone())).collect();
     let mut swept = swept_dirs(sweep, tree, |d| by_dir.contains_key(d), &mut plan.diags);
     for dir in swept.keys() {
@@ -120,19 +138,18 @@ fn open_dir_known(
         return Some(swept);
     }
     let unit_at = units.first().map(|u| u.location.clone());
-    let dir_path = tree.join(dir);
     let located = |d: Diagnostic| match &unit_at {
         Some(l) => d.at(l.clone()),
         None => d,
     };
-    if !dir_path.is_dir() {
+    if !at.is_dir(dir) {
         plan.diags.push(located(
             Diagnostic::error(Code::MissingDirectory, format!("directory `{dir}/` does not exist in the tree"))
                 .hint("fix the unit's path, or point `--tree` at the kernel tree it belongs to"),
         ));
         return None;
     }
-    let Some(path) = kbuild_file(&dir_path) else {
+    let Some(path) = at.kbuild_file(dir) else {
         plan.diags.push(located(Diagnostic::error(Code::MissingKbuildFile, format!("`{dir}/` has no `Kbuild` or `Makefile`")).hint("Kbuild only reads directories with a kbuild file; name the directory whose Makefile builds the object (`kbuild-dir`)")));
         return None;
     };
@@ -144,7 +161,7 @@ fn open_dir_known(
             return None;
         }
     };
-    match read_kbuild(&path) {
+    match at.read(&path) {
         Ok(old) => Some((path, target, display, old, None)),
         Err(d) => {
             plan.diags.push(*d);
@@ -177,8 +194,9 @@ fn swept_file(at: &mut Site, swept: Swept) -> Option<(PathBuf, PathBuf, String, 
 /// is what Kbuild reads, so requirements and sources are judged on that. A directory line the
 /// policy does not hold is reset in the section (`emit::central::unheld`); `plan.unheld` keeps
 /// each such line, for drift to tell a dropped unit from a line a merge brought.
-fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: Option<Sweep>) -> Plan {
+fn plan_central(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep: Option<Sweep>) -> Plan {
     use crate::emit::central;
+    let tree = at.tree;
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
     let mut bad_dirs = false;
@@ -199,14 +217,13 @@ fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep:
         return plan;
     }
     let file = tree.join(central::CENTRAL_FILE);
-    let old = file.is_file().then(|| read_kbuild(&file)).transpose();
-    let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
+    let old = at.is_file(central::CENTRAL_FILE).then(|| at.read(&file)).transpose();
     let mut dirs: std::collections::BTreeSet<String> = by_dir.keys().map(|d| d.to_string()).collect();
     dirs.extend(swept_dirs(sweep, tree, |d| by_dir.contains_key(d), &mut plan.diags).into_keys());
     // Directories whose section holds only resets are not the policy's: without a sweep they
     // are found through the central file as it stands, so a fast check plans them too.
     let written = old.as_ref().ok().and_then(Option::as_deref).and_then(central::sections).unwrap_or_default();
-    dirs.extend(written.into_keys().filter(|d| kbuild_file(&tree.join(d)).is_some()));
+    dirs.extend(written.into_keys().filter(|d| at.kbuild_file(d).is_some()));
     let mut own: Vec<(String, PathBuf, String)> = Vec::new();
     let mut resets = central::Resets::new();
     for dir in &dirs {
@@ -263,7 +280,7 @@ fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep:
         }
     }
     let build = tree.join("scripts/Makefile.build");
-    match read_kbuild(&build) {
+    match at.read(&build) {
         Err(d) => plan.diags.push(*d),
         Ok(text) => match central::include_line(&text) {
             Ok(new) => plan.changes.push(Change {
@@ -283,21 +300,24 @@ fn plan_central(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep:
 }
 
 /// The block layout: one generated block per directory the policy names.
-fn plan_blocks(policy: &Policy, tree: &Path, rules: &Rules, force: bool, sweep: Option<Sweep>) -> Plan {
+fn plan_blocks(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep: Option<Sweep>) -> Plan {
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
-    let mut at = Site { tree, root: tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()), seen: HashSet::new() };
+    // The sweep's warnings follow the named directories' findings, as they are found.
+    let mut skipped = Diagnostics::default();
+    let mut swept = swept_dirs(sweep, at.tree, |d| by_dir.contains_key(d), &mut skipped);
     for (dir, units) in &by_dir {
         // A directory whose units conflict has no well-defined block to plan.
+        let known = swept.remove(*dir);
         if !conflicts(units, rules, &mut plan.diags) {
-            plan_dir(&mut plan, &mut at, dir, units, rules, force);
+            plan_dir(&mut plan, &mut at, dir, units, rules, force, known);
         }
     }
     // Blocks left in directories the policy no longer names are removed; the other files with
     // directives are read too, so that drift sees a hand-added line anywhere.
-    let swept = swept_dirs(sweep, tree, |d| by_dir.contains_key(d), &mut plan.diags);
-    for dir in swept.keys().filter(|d| !by_dir.contains_key(d.as_str())) {
-        plan_dir(&mut plan, &mut at, dir, &[], rules, force);
+    plan.diags.extend(skipped);
+    for (dir, known) in swept {
+        plan_dir(&mut plan, &mut at, &dir, &[], rules, force, Some(known));
     }
     plan
 }
@@ -337,6 +357,36 @@ pub fn sweep(tree: &Path) -> Sweep {
         dirs.insert(dir.to_string_lossy().into_owned(), Swept { path, read });
     }
     Sweep { dirs, skipped: walk.skipped }
+}
+
+/// What the sweep of [`sweep`] finds in `staged` instead of a tree: the same kbuild files
+/// (Kbuild's pick for their directory, outside the skipped top-level directories, holding a
+/// needle), the same warning for one over the size bound.
+fn sweep_staged(tree: &Path, staged: &Staged) -> Sweep {
+    let mut needles = crate::mechanism::directive_words();
+    needles.push(BEGIN_MARKER);
+    let mut sweep = Sweep { dirs: BTreeMap::new(), skipped: Diagnostics::default() };
+    for (rel, bytes) in staged {
+        let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
+        if !makefile::is_swept(rel) || staged_pick(staged, dir).as_deref() != Some(rel.as_str()) {
+            continue;
+        }
+        let path = tree.join(rel);
+        if bytes.len() as u64 > crate::input::KBUILD_LIMIT {
+            let too_large = crate::input::ReadError::TooLarge { limit: crate::input::KBUILD_LIMIT };
+            sweep.skipped.push(makefile::skipped_file(&path, &too_large));
+            continue;
+        }
+        if !needles.iter().any(|n| memchr::memmem::find(bytes, n.as_bytes()).is_some()) {
+            continue;
+        }
+        let read = makefile::decode_kbuild(&path, bytes.clone()).ok().map(|text| {
+            let parsed = makefile::parse(&text);
+            (text, parsed)
+        });
+        sweep.dirs.insert(dir.to_string(), Swept { path, read });
+    }
+    sweep
 }
 
 /// The directories of `sweep` (none without one). A kbuild file the walk skipped (over the
@@ -407,11 +457,71 @@ fn conflicts(units: &[&Unit], rules: &Rules, diags: &mut Diagnostics) -> bool {
     found
 }
 
-/// The tree being planned: as given, resolved, and the resolved kbuild files planned so far.
+/// The tree being planned: as given, resolved, and the resolved kbuild files planned so far;
+/// with `staged`, the files planning reads instead of the tree's.
 struct Site<'a> {
     tree: &'a Path,
     root: PathBuf,
     seen: HashSet<PathBuf>,
+    staged: Option<&'a Staged>,
+}
+
+impl<'a> Site<'a> {
+    fn on_disk(tree: &'a Path) -> Site<'a> {
+        let root = tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf());
+        Site { tree, root, seen: HashSet::new(), staged: None }
+    }
+
+    /// Blobs hold no symlinks to resolve: the tree is its own root.
+    fn staged(tree: &'a Path, staged: &'a Staged) -> Site<'a> {
+        Site { tree, root: tree.to_path_buf(), seen: HashSet::new(), staged: Some(staged) }
+    }
+
+    /// `dir`'s kbuild file as Kbuild picks it (`Kbuild` before `Makefile`).
+    fn kbuild_file(&self, dir: &str) -> Option<PathBuf> {
+        match self.staged {
+            None => kbuild_file(&self.tree.join(dir)),
+            Some(staged) => staged_pick(staged, dir).map(|rel| self.tree.join(rel)),
+        }
+    }
+
+    /// A staged directory exists when a staged file is in it (the index lists no directories).
+    fn is_dir(&self, dir: &str) -> bool {
+        match self.staged {
+            None => self.tree.join(dir).is_dir(),
+            Some(staged) => {
+                dir.is_empty() || staged.keys().any(|rel| rel.strip_prefix(dir).is_some_and(|r| r.starts_with('/')))
+            }
+        }
+    }
+
+    fn is_file(&self, rel: &str) -> bool {
+        match self.staged {
+            None => self.tree.join(rel).is_file(),
+            Some(staged) => staged.contains_key(rel),
+        }
+    }
+
+    /// The kbuild file at `path` (under the tree), as [`read_kbuild`] reads it from disk.
+    fn read(&self, path: &Path) -> Result<String, Box<Diagnostic>> {
+        let Some(staged) = self.staged else { return read_kbuild(path) };
+        let rel = path.strip_prefix(self.tree).ok().and_then(Path::to_str).unwrap_or_default();
+        let missing = || crate::input::ReadError::Missing(std::io::ErrorKind::NotFound.into());
+        let bytes = staged.get(rel).ok_or_else(|| makefile::unreadable(path, &missing()))?;
+        if bytes.len() as u64 > crate::input::KBUILD_LIMIT {
+            return Err(makefile::unreadable(
+                path,
+                &crate::input::ReadError::TooLarge { limit: crate::input::KBUILD_LIMIT },
+            ));
+        }
+        makefile::decode_kbuild(path, bytes.clone())
+    }
+}
+
+/// The staged kbuild file of `dir` Kbuild would read, relative to the tree.
+fn staged_pick(staged: &Staged, dir: &str) -> Option<String> {
+    let join = |n: &str| if dir.is_empty() { n.to_string() } else { format!("{dir}/{n}") };
+    ["Kbuild", "Makefile"].into_iter().map(join).find(|rel| staged.contains_key(rel))
 }
 
 /// The file to write for the kbuild file `path`: itself, or where its symlinks lead when that
@@ -419,6 +529,10 @@ struct Site<'a> {
 /// directory's) lead out of the tree is refused: sanpolicy writes only inside it. So is a file
 /// two directories share, which cannot hold two blocks.
 fn inside_tree(at: &mut Site, path: &Path, display: &str) -> Result<PathBuf, Box<Diagnostic>> {
+    if at.staged.is_some() {
+        at.seen.insert(path.to_path_buf());
+        return Ok(path.to_path_buf());
+    }
     let real = path.canonicalize().map_err(|e| {
         Box::new(Diagnostic::error(Code::Io, format!("cannot resolve `{display}`: {e}")).at(Location::file(path)))
     })?;
@@ -445,10 +559,18 @@ fn inside_tree(at: &mut Site, path: &Path, display: &str) -> Result<PathBuf, Box
     Ok(if link { real } else { path.to_path_buf() })
 }
 
-fn plan_dir(plan: &mut Plan, at: &mut Site, dir: &str, units: &[&Unit], rules: &Rules, force: bool) {
-    let Some((path, target, display, old)) = open_dir(plan, at, dir, units) else { return };
+fn plan_dir(
+    plan: &mut Plan,
+    at: &mut Site,
+    dir: &str,
+    units: &[&Unit],
+    rules: &Rules,
+    force: bool,
+    known: Option<Swept>,
+) {
+    let Some((path, target, display, old, parsed)) = open_dir_known(plan, at, dir, units, known) else { return };
     plan.before.insert(dir.to_string(), old.clone());
-    let parsed = makefile::parse(&old);
+    let parsed = parsed.unwrap_or_else(|| makefile::parse(&old));
     let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
     match emit::splice(&old, &parsed, &block, force) {
         Ok(new) => {

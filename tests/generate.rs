@@ -472,3 +472,70 @@ fn explicit_tree_argument() {
         insta::assert_snapshot!("explicit_tree_summary", run.both());
     });
 }
+
+/// The hook plans the staged blobs, not the work tree: planning a tree's kbuild files given as
+/// bytes, under a root that does not exist (so nothing can be read from disk), finds exactly what
+/// planning the tree itself finds, in every layout. The tree holds what a sweep must tell apart:
+/// `Kbuild` beside `Makefile`, a directive under `tools/` (not swept), a hand line in a directory
+/// the policy does not name, a file that is not UTF-8, CRLF endings, one over the size bound.
+#[test]
+fn planning_staged_bytes_finds_what_planning_the_tree_finds() {
+    use sanpolicy::generate::{plan_staged, plan_tree, Plan, Staged};
+    use sanpolicy::policy::Layout;
+    let hand = "KASAN_SANITIZE_hand.o := n\n";
+    for name in ["mechanisms", "conditions", "kbuild-shadows-makefile", "stale-block", "hand-edited"] {
+        let tree = Tree::new(name, V6_12);
+        let add = |rel: &str, bytes: &[u8]| {
+            fs::create_dir_all(tree.join(rel).parent().unwrap()).unwrap();
+            fs::write(tree.join(rel), bytes).unwrap();
+        };
+        add("tools/x/Makefile", hand.as_bytes());
+        add("extra/Makefile", format!("obj-y += hand.o\n{hand}").as_bytes());
+        add("extra/both/Kbuild", format!("obj-y += hand.o\n{hand}").as_bytes());
+        add("extra/both/Makefile", b"obj-y += other.o\n");
+        add("extra/latin1/Makefile", b"# caf\xe9\nKASAN_SANITIZE_hand.o := n\n");
+        add("extra/crlf/Makefile", b"obj-y += hand.o\r\nKASAN_SANITIZE_hand.o := n\r\n");
+        let mut big = hand.as_bytes().to_vec();
+        big.resize((16 << 20) + 1, b'#');
+        add("extra/big/Makefile", &big);
+        let mut staged = Staged::new();
+        for entry in walkdir::WalkDir::new(tree.path()) {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy();
+            let rel = entry.path().strip_prefix(tree.path()).unwrap().to_string_lossy().into_owned();
+            if entry.file_type().is_file() && (name == "Kbuild" || name == "Makefile" || rel.starts_with("scripts/")) {
+                staged.insert(rel, fs::read(entry.path()).unwrap());
+            }
+        }
+        let (mut policy, diags) = sanpolicy::policy::load(&tree.join("sanitizer-policy.toml"));
+        assert!(!diags.has_errors(), "{name}: {diags:?}");
+        let (rules, _) = Rules::from_tree(tree.path());
+        let nowhere = std::path::Path::new("/nonexistent/sanpolicy-staged-root");
+        assert!(!nowhere.exists());
+        for layout in [Layout::InPlace, Layout::Block, Layout::Central] {
+            policy.layout = layout;
+            let shown = |plan: &Plan, root: &std::path::Path| {
+                let root = root.display().to_string();
+                let mut lines: Vec<String> = plan.diags.0.iter().map(|d| format!("{d:?}")).collect();
+                lines.extend(
+                    plan.changes.iter().map(|c| format!("{:?} {:?} {:?} {:?}", c.path, c.display, c.old, c.new)),
+                );
+                lines.extend(plan.files.iter().map(|(d, f)| format!("{d} {:?} {:?}", f.path, f.text)));
+                lines.push(format!("{:?} {:?} {:?}", plan.before, plan.edits, plan.unheld));
+                let mut lines: Vec<String> = lines.into_iter().map(|l| l.replace(&root, "<tree>")).collect();
+                lines.sort();
+                lines
+            };
+            let disk = plan_tree(&policy, tree.path(), &rules, false, true);
+            let bytes = plan_staged(&policy, nowhere, &rules, &staged);
+            assert_eq!(shown(&bytes, nowhere), shown(&disk, tree.path()), "{name}, {layout:?}");
+            // What a sweep must tell apart is there to tell apart.
+            let all = format!("{:?}", disk.diags);
+            for found in ["extra/latin1/Makefile` is not UTF-8", "extra/crlf/Makefile` has CRLF", "skipped `"] {
+                assert!(all.contains(found), "{name}, {layout:?}: no `{found}` in {all}");
+            }
+            assert!(disk.before.contains_key("extra/both") && !disk.before.contains_key("tools/x"), "{name}");
+            assert!(disk.before["extra/both"].contains(hand), "{name}: Kbuild is read, not Makefile");
+        }
+    }
+}

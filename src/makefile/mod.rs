@@ -15,9 +15,11 @@ pub use comment::{comment_problem, forges_marker};
 pub use condition::{CondKind, Condition};
 pub use constructs::{NamePattern, Opaque};
 pub use directive::{classify, is_plain_flag, unmodelled, Directive, DirectiveValue};
-pub use read::{decode_kbuild, kbuild_file, read_kbuild};
+pub use read::{decode_kbuild, kbuild_file, read_kbuild, unreadable};
 pub use target::{TargetKernelObject, KERNEL_OBJECT};
-pub use tree::{is_kbuild_name, read_kbuild_files, walk_kbuild_files, walk_kbuild_files_with, Walk};
+pub use tree::{
+    is_kbuild_name, is_swept, read_kbuild_files, skipped_file, walk_kbuild_files, walk_kbuild_files_with, Walk,
+};
 pub use variants::expand_variants;
 
 /// Assignment operators of GNU make.

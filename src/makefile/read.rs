@@ -16,19 +16,22 @@ pub fn kbuild_file(dir: &Path) -> Option<PathBuf> {
 /// Read a kbuild file as UTF-8 with LF endings, or say why it cannot be used (not a regular
 /// file, larger than [`crate::input::KBUILD_LIMIT`], unreadable).
 pub fn read_kbuild(path: &Path) -> Result<String, Box<Diagnostic>> {
-    let bytes = crate::input::read(path, crate::input::KBUILD_LIMIT).map_err(|e| {
-        let hint = match e {
-            crate::input::ReadError::TooLarge { .. } => "no kbuild file is that large: replace it by the real Makefile, or drop the directory's units from the policy",
-            crate::input::ReadError::NotRegular(_) => "Kbuild reads a regular file here: replace it by the directory's real Makefile",
-            _ => "make the file readable, or drop the directory's units from the policy",
-        };
-        Box::new(
-            Diagnostic::error(Code::Io, format!("cannot read `{}`: {e}", path.display()))
-                .at(Location::file(path))
-                .hint(hint),
-        )
-    })?;
+    let bytes = crate::input::read(path, crate::input::KBUILD_LIMIT).map_err(|e| unreadable(path, &e))?;
     decode_kbuild(path, bytes)
+}
+
+/// Why the kbuild file at `path` cannot be planned (named by the policy, so refused).
+pub fn unreadable(path: &Path, e: &crate::input::ReadError) -> Box<Diagnostic> {
+    let hint = match e {
+        crate::input::ReadError::TooLarge { .. } => "no kbuild file is that large: replace it by the real Makefile, or drop the directory's units from the policy",
+        crate::input::ReadError::NotRegular(_) => "Kbuild reads a regular file here: replace it by the directory's real Makefile",
+        _ => "make the file readable, or drop the directory's units from the policy",
+    };
+    Box::new(
+        Diagnostic::error(Code::Io, format!("cannot read `{}`: {e}", path.display()))
+            .at(Location::file(path))
+            .hint(hint),
+    )
 }
 
 /// Kbuild file bytes as UTF-8 text with LF endings, or why they cannot be used.

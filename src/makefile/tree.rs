@@ -233,16 +233,24 @@ fn read_noted(
 ) -> Result<Vec<u8>, ()> {
     bytes.map_err(|e| {
         if !e.is_missing() {
-            let warning = Diagnostic::warning(Code::Io, format!("skipped `{}`: it {e}", path.display()))
-                .at(Location::file(path))
-                .hint(
-                    "no kbuild file is that large or of that kind: replace it by a regular Makefile if Kbuild reads it",
-                );
             if let Ok(mut s) = skipped.lock() {
-                s.push(warning);
+                s.push(skipped_file(path, &e));
             }
         }
     })
+}
+
+/// The warning for a kbuild file a sweep skips: nobody named it, so it is not refused.
+pub fn skipped_file(path: &Path, e: &input::ReadError) -> Diagnostic {
+    Diagnostic::warning(Code::Io, format!("skipped `{}`: it {e}", path.display()))
+        .at(Location::file(path))
+        .hint("no kbuild file is that large or of that kind: replace it by a regular Makefile if Kbuild reads it")
+}
+
+/// Whether a sweep reaches `rel` (a path relative to the tree): not under a top-level
+/// directory that holds no Kbuild rules for the kernel proper.
+pub fn is_swept(rel: &str) -> bool {
+    !rel.split_once('/').is_some_and(|(top, _)| SKIPPED_TOP.contains(&top))
 }
 
 #[cfg(test)]

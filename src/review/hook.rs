@@ -34,8 +34,10 @@ fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     }
 }
 
-/// One long-lived `git cat-file --batch` process answering blob requests one at a time (git
-/// flushes after each object), so the index is read once for the whole hook run.
+/// One long-lived `git cat-file --batch` process answering blob requests (git flushes after
+/// each object), so the index is read once for the whole hook run. Requests go in batches: a
+/// round trip costs git a walk from HEAD's tree, and waiting for each answer before asking the
+/// next made the commit wait for every one in turn.
 ///
 /// Requests are lines, and git ends a line at `\n` and drops a `\r` before it. `-Z` (NUL-ended
 /// requests) would fix that, but needs git 2.43 (Debian bookworm has 2.39); instead a request
@@ -50,14 +52,30 @@ struct Blobs {
     /// is asked as that id or as `HEAD:path`, and git never reads the index a second time (on
     /// 6.12 that costs as much as the whole listing).
     staged: Option<HashMap<String, Option<String>>>,
+    /// Answers asked for ahead of need (while git lists what is staged), by the request that
+    /// named them: `HEAD:path` and object ids name the same blob for the whole run.
+    fetched: HashMap<String, Option<Vec<u8>>>,
     /// `None` once dropped.
     child: Option<std::process::Child>,
     stdin: std::process::ChildStdin,
     stdout: std::io::BufReader<std::process::ChildStdout>,
 }
 
+/// How much a batch asks before it reads the answers: git stops reading requests while its
+/// answers wait unread, so what is written unanswered must fit the pipe (64 KiB on Linux; a
+/// request is at most a path, 4 KiB).
+const BATCH_BYTES: usize = 16 << 10;
+
+/// What to ask git for one spec.
+enum Request {
+    /// The answer is known without asking (deleted in the index, named nothing, fetched ahead).
+    Known(Option<Vec<u8>>),
+    Ask(String),
+}
+
 impl Blobs {
     fn start(repo: &Path) -> Result<Blobs, String> {
+        reap_finished();
         let mut child = Command::new("git")
             .arg("-C")
             .arg(repo)
@@ -68,7 +86,8 @@ impl Blobs {
             .map_err(|e| format!("cannot run git: {e}"))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        Ok(Blobs { repo: repo.to_path_buf(), staged: None, child: Some(child), stdin, stdout })
+        let fetched = HashMap::new();
+        Ok(Blobs { repo: repo.to_path_buf(), staged: None, fetched, child: Some(child), stdin, stdout })
     }
 
     /// The object id `spec` names, asked of `git rev-parse` (for specs a request line cannot
@@ -84,32 +103,72 @@ impl Blobs {
         Ok((out.status.success() && !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id))
     }
 
-    /// `spec` is `:0:path` (the index) or `REV:path`; `None` when it does not exist there.
-    fn get(&mut self, spec: &str) -> std::io::Result<Option<Vec<u8>>> {
-        use std::io::{BufRead, Read};
-        let head;
+    /// The request line for `spec` (`:0:path`, the index, or `REV:path`).
+    fn request(&self, spec: &str) -> std::io::Result<Request> {
         let spec = match (spec.strip_prefix(":0:"), &self.staged) {
             (Some(path), Some(staged)) => match staged.get(path) {
-                Some(Some(id)) => id.as_str(),
-                Some(None) => return Ok(None),
-                None => {
-                    head = format!("HEAD:{path}");
-                    head.as_str()
-                }
+                Some(Some(id)) => id.clone(),
+                Some(None) => return Ok(Request::Known(None)),
+                None => format!("HEAD:{path}"),
             },
-            _ => spec,
+            _ => spec.to_string(),
         };
-        let request = if spec.bytes().any(|b| b.is_ascii_control()) {
-            match self.resolve(spec)? {
-                Some(id) => id,
-                None => return Ok(None),
+        if let Some(known) = self.fetched.get(&spec) {
+            return Ok(Request::Known(known.clone()));
+        }
+        if spec.bytes().any(|b| b.is_ascii_control()) {
+            return Ok(match self.resolve(&spec)? {
+                Some(id) => Request::Ask(id),
+                None => Request::Known(None),
+            });
+        }
+        Ok(Request::Ask(spec))
+    }
+
+    /// Each spec's blob, `None` where it does not exist; asked in batches.
+    fn get_many(&mut self, specs: &[String]) -> std::io::Result<Vec<Option<Vec<u8>>>> {
+        let mut answers = Vec::with_capacity(specs.len());
+        let mut pending: Vec<String> = Vec::new();
+        let mut pending_bytes = 0;
+        for spec in specs {
+            match self.request(spec)? {
+                Request::Known(known) => answers.push(Some(known)),
+                Request::Ask(line) => {
+                    pending_bytes += line.len() + 1;
+                    pending.push(line);
+                    answers.push(None);
+                    if pending_bytes >= BATCH_BYTES {
+                        self.ask(&std::mem::take(&mut pending), &mut answers)?;
+                        pending_bytes = 0;
+                    }
+                }
             }
-        } else {
-            spec.to_string()
-        };
-        self.stdin.write_all(request.as_bytes())?;
-        self.stdin.write_all(b"\n")?;
+        }
+        self.ask(&pending, &mut answers)?;
+        Ok(answers.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// Write `lines`, then read their answers into the unanswered slots of `answers`, in order.
+    fn ask(&mut self, lines: &[String], answers: &mut [Option<Option<Vec<u8>>>]) -> std::io::Result<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let mut batch = Vec::new();
+        for line in lines {
+            batch.extend_from_slice(line.as_bytes());
+            batch.push(b'\n');
+        }
+        self.stdin.write_all(&batch)?;
         self.stdin.flush()?;
+        for slot in answers.iter_mut().filter(|a| a.is_none()).take(lines.len()) {
+            *slot = Some(self.answer()?);
+        }
+        Ok(())
+    }
+
+    /// One answer of `git cat-file --batch`: a header line, then the object.
+    fn answer(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        use std::io::{BufRead, Read};
         let mut header = Vec::new();
         self.stdout.read_until(b'\n', &mut header)?;
         header.pop();
@@ -127,16 +186,40 @@ impl Blobs {
         body.pop();
         Ok(Some(body))
     }
+
+    /// `spec` is `:0:path` (the index) or `REV:path`; `None` when it does not exist there.
+    fn get(&mut self, spec: &str) -> std::io::Result<Option<Vec<u8>>> {
+        Ok(self.get_many(&[spec.to_string()])?.pop().flatten())
+    }
+
+    /// Fetch `specs` (`REV:path` or object ids: never `:0:`, which means something else once
+    /// the staged ids are known) now, for [`Blobs::get`] to answer from later.
+    fn prefetch(&mut self, specs: Vec<String>) -> std::io::Result<()> {
+        let specs: Vec<String> = specs.into_iter().filter(|s| !s.starts_with(':')).collect();
+        let answers = self.get_many(&specs)?;
+        self.fetched.extend(specs.into_iter().zip(answers));
+        Ok(())
+    }
+}
+
+/// git processes stopped but not yet reaped: a hook run does not wait for git to tear down its
+/// mapped packs and index (about a millisecond of every commit). The next [`Blobs::start`]
+/// reaps those that have exited; a process that exits first leaves them to init.
+static UNREAPED: std::sync::Mutex<Vec<std::process::Child>> = std::sync::Mutex::new(Vec::new());
+
+fn reap_finished() {
+    if let Ok(mut children) = UNREAPED.lock() {
+        children.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
+    }
 }
 
 impl Drop for Blobs {
-    /// Stops git and reaps it on a thread of its own: waiting here for git to tear down its
-    /// mapped packs and index took about a millisecond of every commit. A process that exits
-    /// first leaves the reaping to init.
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
-            std::thread::spawn(move || child.wait());
+            if let Ok(mut children) = UNREAPED.lock() {
+                children.push(child);
+            }
         }
     }
 }
@@ -246,16 +329,20 @@ pub fn pre_commit_started(
         .strip_prefix(&repo)
         .map(Path::to_path_buf)
         .map_err(|_| format!("policy `{}` is not inside the repository", policy_path.display()))?;
-    let blobs = std::cell::RefCell::new(blobs);
+    let mut blobs = blobs;
     let mut outcome = Outcome::default();
-    // What was last generated, read while git lists what is staged (drift needs it whenever a
-    // kbuild file is staged, the usual commit in a kernel tree).
+    // Read while git lists what is staged: what was last generated (drift needs it whenever a
+    // kbuild file is staged, the usual commit in a kernel tree), and the committed policy (the
+    // staged one, unless the commit changes it).
     let snapshot_rel = crate::review::effective::snapshot_path(&policy_rel).display().to_string();
-    let base_text = blobs
-        .borrow_mut()
-        .get(&format!("HEAD:{snapshot_rel}"))
-        .map_err(|e| e.to_string())?
-        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    let snapshot_spec = format!("HEAD:{snapshot_rel}");
+    let mut ahead = vec![snapshot_spec.clone()];
+    let policy_files = on_disk.iter().flat_map(|p| &p.files).filter_map(|(p, _)| in_repo(p, &repo));
+    ahead.extend(policy_files.map(|rel| format!("HEAD:{rel}")));
+    blobs.prefetch(ahead).map_err(|e| e.to_string())?;
+    let base_text =
+        blobs.get(&snapshot_spec).map_err(|e| e.to_string())?.map(|b| String::from_utf8_lossy(&b).into_owned());
+    let blobs = std::cell::RefCell::new(blobs);
     let base = crate::snapshot::Base::parse(base_text.as_deref());
     let staged_out = staged_run.wait_with_output().map_err(|e| e.to_string())?;
     if !staged_out.status.success() {
@@ -332,7 +419,7 @@ pub fn pre_commit_started(
         return Ok(outcome);
     }
     let written = [policy_rel.display().to_string(), snapshot_rel];
-    staged_drift(&repo, &policy, rules, &dirs, &deleted, &base, &written, &mut fetch, &mut outcome)?;
+    staged_drift(&repo, &policy, rules, &dirs, &deleted, &base, &written, &mut blobs, &mut outcome)?;
     Ok(outcome)
 }
 
@@ -427,9 +514,9 @@ fn staged_hint(hint: &str, file: Option<&str>, written: &[String; 2]) -> String 
     format!("{hint}; the hook judges what is staged, so stage what that wrote: {}", steps.join("; "))
 }
 
-/// Drift on the staged files: the staged kbuild files of `dirs` are laid out in a scratch tree
-/// and judged by the same planning and drift rules as `check` and `gen-makefiles --check`, with
-/// every position and text taken from the staged blobs.
+/// Drift on the staged files: the staged kbuild files of `dirs` are planned from their blobs
+/// (nothing is laid out on disk) and judged by the same planning and drift rules as `check` and
+/// `gen-makefiles --check`, with every position and text taken from the staged blobs.
 #[allow(clippy::too_many_arguments)]
 fn staged_drift(
     repo: &Path,
@@ -439,23 +526,26 @@ fn staged_drift(
     deleted: &BTreeSet<String>,
     base: &crate::snapshot::Base,
     written: &[String; 2],
-    fetch: &mut dyn FnMut(String) -> Result<Option<Vec<u8>>, String>,
+    blobs: &mut Blobs,
     outcome: &mut Outcome,
 ) -> Result<(), String> {
-    let scratch = tempfile::tempdir().map_err(|e| format!("cannot create a scratch directory: {e}"))?;
     let join = |d: &str, n: &str| if d.is_empty() { n.to_string() } else { format!("{d}/{n}") };
     let by_dir = policy.units_by_dir();
+    let mut staged = crate::generate::Staged::new();
     let mut present = BTreeSet::new();
+    // Both names of every directory in one batch; Kbuild reads `Kbuild` when there is one.
+    let central = policy.layout == crate::policy::Layout::Central;
+    let mut rels: Vec<String> = dirs.iter().flat_map(|d| [join(d, "Kbuild"), join(d, "Makefile")]).collect();
+    if central {
+        rels.extend(CENTRAL_INPUTS.map(str::to_string));
+    }
+    let specs: Vec<String> = rels.iter().map(|rel| format!(":0:{rel}")).collect();
+    let mut found = rels.into_iter().zip(blobs.get_many(&specs).map_err(|e| e.to_string())?);
+    let mut fetch = |spec: String| blobs.get(&spec).map_err(|e| e.to_string());
     for d in dirs {
-        let mut found = false;
-        for name in ["Kbuild", "Makefile"] {
-            let rel = join(d, name);
-            if staged_into(scratch.path(), repo, &rel, fetch, outcome)? {
-                found = true;
-                break;
-            }
-        }
-        if found {
+        let (kbuild, makefile) = (found.next(), found.next());
+        if let Some((rel, bytes)) = [kbuild, makefile].into_iter().flatten().find(|(_, b)| b.is_some()) {
+            staged_into(&mut staged, repo, rel, bytes, outcome);
             present.insert(d.clone());
             continue;
         }
@@ -470,53 +560,50 @@ fn staged_drift(
             }
         }
     }
-    let sub = if policy.layout == crate::policy::Layout::Central {
+    let sub = if central {
         // Planned as the tree is: with the staged central file and the Makefile.build reading
         // it, and every unit (the central file is rendered from all of them).
-        for rel in CENTRAL_INPUTS {
-            staged_into(scratch.path(), repo, rel, fetch, outcome)?;
+        for (rel, bytes) in found.by_ref() {
+            staged_into(&mut staged, repo, rel, bytes, outcome);
         }
-        policy.clone()
+        None
     } else {
-        policy.with_units_where(|u| present.contains(&u.path.kbuild_dir))
+        Some(policy.with_units_where(|u| present.contains(&u.path.kbuild_dir)))
     };
+    let sub = sub.as_ref().unwrap_or(policy);
     // Swept: a staged kbuild file of a directory the policy does not name is judged too.
-    let plan = crate::generate::plan_tree(&sub, scratch.path(), rules, false, true);
-    let moved = |p: &Path| shown(&repo.join(p.strip_prefix(scratch.path()).unwrap_or(p)));
+    let plan = crate::generate::plan_staged(sub, repo, rules, &staged);
     let relocate = |mut d: Diagnostic| {
         if let Some(l) = d.location.as_mut() {
-            let file = l.path.strip_prefix(scratch.path()).ok().map(|p| p.display().to_string());
+            let file = l.path.strip_prefix(repo).ok().map(|p| p.display().to_string());
             if d.code == Code::Drift {
                 d.hint = d.hint.as_deref().map(|h| staged_hint(h, file.as_deref(), written));
             }
-            l.path = moved(&l.path);
+            l.path = shown(&l.path);
         }
         d
     };
     let mut found = plan.diags.clone();
-    found.extend(crate::check::drift::findings(&sub, &plan, rules, base, "sanpolicy"));
+    found.extend(crate::check::drift::findings(sub, &plan, rules, base, "sanpolicy"));
     outcome.diags.extend(Diagnostics(found.0.into_iter().map(relocate).collect()));
     for c in plan.changes.into_iter().filter(|c| !c.is_noop()) {
-        outcome.stale.push(Change { path: moved(&c.path), ..c });
+        outcome.stale.push(Change { path: shown(&c.path), ..c });
     }
     Ok(())
 }
 
-/// The staged text of `rel` (relative to the repository), written at the same place under
-/// `scratch` and kept as a source for diagnostics; false when the index has no such file.
+/// The staged text of `rel` (relative to the repository), if the index has it: taken into
+/// `staged` and kept as a source for diagnostics.
 fn staged_into(
-    scratch: &Path,
+    staged: &mut crate::generate::Staged,
     repo: &Path,
-    rel: &str,
-    fetch: &mut dyn FnMut(String) -> Result<Option<Vec<u8>>, String>,
+    rel: String,
+    bytes: Option<Vec<u8>>,
     outcome: &mut Outcome,
-) -> Result<bool, String> {
-    let Some(bytes) = fetch(format!(":0:{rel}"))? else { return Ok(false) };
-    let path = scratch.join(rel);
-    std::fs::create_dir_all(path.parent().unwrap_or(scratch)).map_err(|e| e.to_string())?;
-    std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
-    outcome.sources.push((shown(&repo.join(rel)), String::from_utf8_lossy(&bytes).into_owned()));
-    Ok(true)
+) {
+    let Some(bytes) = bytes else { return };
+    outcome.sources.push((shown(&repo.join(&rel)), String::from_utf8_lossy(&bytes).into_owned()));
+    staged.insert(rel, bytes);
 }
 
 /// The hook script `install-hook` writes; the marker line identifies it as ours.
