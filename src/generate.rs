@@ -72,7 +72,29 @@ pub fn plan_tree_swept(policy: &Policy, tree: &Path, rules: &Rules, force: bool,
 
 /// Kbuild files given by their bytes rather than read from a tree, by path relative to it: what
 /// the pre-commit hook plans is the index, not the work tree.
-pub type Staged = BTreeMap<String, Vec<u8>>;
+#[derive(Debug, Default)]
+pub struct Staged {
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// Paths that are there but are no regular file (a symlink or a submodule in the index, a
+    /// directory in HEAD), with what they are: planning refuses them as it refuses such a file
+    /// on disk, and a sweep passes them by.
+    pub irregular: BTreeMap<String, &'static str>,
+}
+
+impl Staged {
+    fn has(&self, rel: &str) -> bool {
+        self.files.contains_key(rel) || self.irregular.contains_key(rel)
+    }
+
+    /// Whether `rel` is a directory: a staged path is below it (the index lists no directories).
+    fn is_dir(&self, rel: &str) -> bool {
+        let prefix = format!("{rel}/");
+        let first_after = |keys: &mut dyn Iterator<Item = &String>| keys.next().is_some_and(|k| k.starts_with(&prefix));
+        rel.is_empty()
+            || first_after(&mut self.files.range(prefix.clone()..).map(|(k, _)| k))
+            || first_after(&mut self.irregular.range(prefix.clone()..).map(|(k, _)| k))
+    }
+}
 
 /// [`plan_tree`] with a sweep over `staged` instead of the tree: every kbuild file is read from
 /// `staged`, and a directory without one there has none. Locations name the files under `tree`
@@ -92,9 +114,8 @@ pub fn plan_staged(policy: &Policy, tree: &Path, rules: &Rules, staged: &Staged)
 fn plan_in_place(policy: &Policy, mut at: Site, rules: &Rules, sweep: Option<Sweep>) -> Plan {
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
-    let tree = at.tree;
     let mut dirs: BTreeMap<String, Vec<&Unit>> = by_dir.iter().map(|(d, u)| (d.to_string(), u.clone())).collect();
-    let mut swept = swept_dirs(sweep, tree, |d| by_dir.contains_key(d), &mut plan.diags);
+    let mut swept = swept_dirs(sweep, &at, |d| by_dir.contains_key(d), &mut plan.diags);
     for dir in swept.keys() {
         dirs.entry(dir.clone()).or_default();
     }
@@ -219,7 +240,7 @@ fn plan_central(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep
     let file = tree.join(central::CENTRAL_FILE);
     let old = at.is_file(central::CENTRAL_FILE).then(|| at.read(&file)).transpose();
     let mut dirs: std::collections::BTreeSet<String> = by_dir.keys().map(|d| d.to_string()).collect();
-    dirs.extend(swept_dirs(sweep, tree, |d| by_dir.contains_key(d), &mut plan.diags).into_keys());
+    dirs.extend(swept_dirs(sweep, &at, |d| by_dir.contains_key(d), &mut plan.diags).into_keys());
     // Directories whose section holds only resets are not the policy's: without a sweep they
     // are found through the central file as it stands, so a fast check plans them too.
     let written = old.as_ref().ok().and_then(Option::as_deref).and_then(central::sections).unwrap_or_default();
@@ -305,7 +326,7 @@ fn plan_blocks(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep:
     let by_dir = policy.units_by_dir();
     // The sweep's warnings follow the named directories' findings, as they are found.
     let mut skipped = Diagnostics::default();
-    let mut swept = swept_dirs(sweep, at.tree, |d| by_dir.contains_key(d), &mut skipped);
+    let mut swept = swept_dirs(sweep, &at, |d| by_dir.contains_key(d), &mut skipped);
     for (dir, units) in &by_dir {
         // A directory whose units conflict has no well-defined block to plan.
         let known = swept.remove(*dir);
@@ -366,7 +387,7 @@ fn sweep_staged(tree: &Path, staged: &Staged) -> Sweep {
     let mut needles = crate::mechanism::directive_words();
     needles.push(BEGIN_MARKER);
     let mut sweep = Sweep { dirs: BTreeMap::new(), skipped: Diagnostics::default() };
-    for (rel, bytes) in staged {
+    for (rel, bytes) in &staged.files {
         let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
         if !makefile::is_swept(rel) || staged_pick(staged, dir).as_deref() != Some(rel.as_str()) {
             continue;
@@ -395,15 +416,15 @@ fn sweep_staged(tree: &Path, staged: &Staged) -> Sweep {
 /// the file with an error.
 fn swept_dirs(
     sweep: Option<Sweep>,
-    tree: &Path,
+    at: &Site,
     named: impl Fn(&str) -> bool,
     diags: &mut Diagnostics,
 ) -> BTreeMap<String, Swept> {
     let Some(Sweep { dirs, skipped }) = sweep else { return BTreeMap::new() };
     let refused_when_planned = |d: &Diagnostic| {
         let Some(path) = d.location.as_ref().map(|l| l.path.as_path()) else { return false };
-        let dir = path.parent().and_then(|d| d.strip_prefix(tree).ok()).map(|d| d.to_string_lossy().into_owned());
-        dir.is_some_and(|dir| named(&dir) && kbuild_file(&tree.join(&dir)).as_deref() == Some(path))
+        let dir = path.parent().and_then(|d| d.strip_prefix(at.tree).ok()).map(|d| d.to_string_lossy().into_owned());
+        dir.is_some_and(|dir| named(&dir) && at.kbuild_file(&dir).as_deref() == Some(path))
     };
     diags.extend(Diagnostics(skipped.0.into_iter().filter(|d| !refused_when_planned(d)).collect()));
     dirs
@@ -485,43 +506,42 @@ impl<'a> Site<'a> {
         }
     }
 
-    /// A staged directory exists when a staged file is in it (the index lists no directories).
     fn is_dir(&self, dir: &str) -> bool {
         match self.staged {
             None => self.tree.join(dir).is_dir(),
-            Some(staged) => {
-                dir.is_empty() || staged.keys().any(|rel| rel.strip_prefix(dir).is_some_and(|r| r.starts_with('/')))
-            }
+            Some(staged) => staged.is_dir(dir),
         }
     }
 
     fn is_file(&self, rel: &str) -> bool {
         match self.staged {
             None => self.tree.join(rel).is_file(),
-            Some(staged) => staged.contains_key(rel),
+            Some(staged) => staged.files.contains_key(rel),
         }
     }
 
     /// The kbuild file at `path` (under the tree), as [`read_kbuild`] reads it from disk.
     fn read(&self, path: &Path) -> Result<String, Box<Diagnostic>> {
+        use crate::input::{ReadError, KBUILD_LIMIT};
         let Some(staged) = self.staged else { return read_kbuild(path) };
         let rel = path.strip_prefix(self.tree).ok().and_then(Path::to_str).unwrap_or_default();
-        let missing = || crate::input::ReadError::Missing(std::io::ErrorKind::NotFound.into());
-        let bytes = staged.get(rel).ok_or_else(|| makefile::unreadable(path, &missing()))?;
-        if bytes.len() as u64 > crate::input::KBUILD_LIMIT {
-            return Err(makefile::unreadable(
-                path,
-                &crate::input::ReadError::TooLarge { limit: crate::input::KBUILD_LIMIT },
-            ));
+        if let Some(what) = staged.irregular.get(rel).copied().or_else(|| staged.is_dir(rel).then_some("a directory")) {
+            return Err(makefile::unreadable(path, &ReadError::NotRegular(what)));
+        }
+        let missing = || ReadError::Missing(std::io::Error::from(rustix::io::Errno::NOENT));
+        let bytes = staged.files.get(rel).ok_or_else(|| makefile::unreadable(path, &missing()))?;
+        if bytes.len() as u64 > KBUILD_LIMIT {
+            return Err(makefile::unreadable(path, &ReadError::TooLarge { limit: KBUILD_LIMIT }));
         }
         makefile::decode_kbuild(path, bytes.clone())
     }
 }
 
-/// The staged kbuild file of `dir` Kbuild would read, relative to the tree.
+/// The staged kbuild file of `dir` Kbuild would read, relative to the tree: as on disk, a
+/// `Kbuild` that is there in any form (a directory too) is the pick.
 fn staged_pick(staged: &Staged, dir: &str) -> Option<String> {
     let join = |n: &str| if dir.is_empty() { n.to_string() } else { format!("{dir}/{n}") };
-    ["Kbuild", "Makefile"].into_iter().map(join).find(|rel| staged.contains_key(rel))
+    ["Kbuild", "Makefile"].into_iter().map(join).find(|rel| staged.has(rel) || staged.is_dir(rel))
 }
 
 /// The file to write for the kbuild file `path`: itself, or where its symlinks lead when that

@@ -495,16 +495,25 @@ fn planning_staged_bytes_finds_what_planning_the_tree_finds() {
         add("extra/both/Makefile", b"obj-y += other.o\n");
         add("extra/latin1/Makefile", b"# caf\xe9\nKASAN_SANITIZE_hand.o := n\n");
         add("extra/crlf/Makefile", b"obj-y += hand.o\r\nKASAN_SANITIZE_hand.o := n\r\n");
+        add("extra/kdir/Kbuild/Makefile", format!("obj-y += hand.o\n{hand}").as_bytes());
+        add("extra/kdir/Makefile", format!("obj-y += hand.o\n{hand}").as_bytes());
         let mut big = hand.as_bytes().to_vec();
         big.resize((16 << 20) + 1, b'#');
         add("extra/big/Makefile", &big);
-        let mut staged = Staged::new();
+        add("extra/bignamed/Makefile", &big);
+        // Named by the policy: its unreadable kbuild files are refused, not passed by.
+        let mut text = tree.read("sanitizer-policy.toml");
+        for dir in ["extra/kdir", "extra/bignamed"] {
+            text.push_str(&format!("\n[[unit]]\npath = \"{dir}/hand.o\"\nskip = [\"kasan\"]\nwhy = \"Fixture.\"\n"));
+        }
+        tree.write("sanitizer-policy.toml", text.as_bytes());
+        let mut staged = Staged::default();
         for entry in walkdir::WalkDir::new(tree.path()) {
             let entry = entry.unwrap();
             let name = entry.file_name().to_string_lossy();
             let rel = entry.path().strip_prefix(tree.path()).unwrap().to_string_lossy().into_owned();
             if entry.file_type().is_file() && (name == "Kbuild" || name == "Makefile" || rel.starts_with("scripts/")) {
-                staged.insert(rel, fs::read(entry.path()).unwrap());
+                staged.files.insert(rel, fs::read(entry.path()).unwrap());
             }
         }
         let (mut policy, diags) = sanpolicy::policy::load(&tree.join("sanitizer-policy.toml"));
@@ -528,12 +537,29 @@ fn planning_staged_bytes_finds_what_planning_the_tree_finds() {
             };
             let disk = plan_tree(&policy, tree.path(), &rules, false, true);
             let bytes = plan_staged(&policy, nowhere, &rules, &staged);
-            assert_eq!(shown(&bytes, nowhere), shown(&disk, tree.path()), "{name}, {layout:?}");
+            let (bytes, disk_lines) = (shown(&bytes, nowhere), shown(&disk, tree.path()));
+            let only = |a: &[String], b: &[String]| -> Vec<String> {
+                a.iter().filter(|l| !b.contains(l)).map(|l| l.chars().take(400).collect()).collect()
+            };
+            assert_eq!(only(&bytes, &disk_lines), only(&disk_lines, &bytes), "{name}, {layout:?}: staged | disk");
+            assert_eq!(bytes, disk_lines, "{name}, {layout:?}");
             // What a sweep must tell apart is there to tell apart.
             let all = format!("{:?}", disk.diags);
-            for found in ["extra/latin1/Makefile` is not UTF-8", "extra/crlf/Makefile` has CRLF", "skipped `"] {
+            let found = [
+                "extra/latin1/Makefile` is not UTF-8",
+                "extra/crlf/Makefile` has CRLF",
+                "skipped `<tree>/extra/big/Makefile`",
+                "read `<tree>/extra/bignamed/Makefile`: is larger than 16 MiB",
+                "read `<tree>/extra/kdir/Kbuild`: is a directory",
+            ];
+            let all = all.replace(&tree.path().display().to_string(), "<tree>");
+            for found in found {
                 assert!(all.contains(found), "{name}, {layout:?}: no `{found}` in {all}");
             }
+            assert!(
+                !all.contains("skipped `<tree>/extra/bignamed"),
+                "{name}, {layout:?}: a named file is refused, not skipped"
+            );
             assert!(disk.before.contains_key("extra/both") && !disk.before.contains_key("tools/x"), "{name}");
             assert!(disk.before["extra/both"].contains(hand), "{name}: Kbuild is read, not Makefile");
         }

@@ -422,6 +422,19 @@ fn pre_commit_cases() {
         .commands(hook)
         .exit(1),
         Case::new(
+            "a kbuild file holding the policy's lines replaced by a submodule",
+            |t| {
+                committed(t);
+                git(t.path(), &["rm", "-q", "--cached", "lib/Makefile"]);
+                let gitlink = format!("160000,{},lib/Makefile", "1234567890".repeat(4));
+                git(t.path(), &["update-index", "--add", "--cacheinfo", &gitlink]);
+            },
+            vec![("io", "lib/Makefile".into())],
+        )
+        .says("is a submodule in the index, not a regular file")
+        .commands(hook)
+        .exit(2),
+        Case::new(
             "the policy removed from the index",
             |t| {
                 committed(t);

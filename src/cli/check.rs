@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::context::{base_for, display, inputs, plan_with_snapshot, start_sweep, CommonArgs, Sweeping, Ui};
+use super::context::{display, inputs, plan_with_snapshot, start_sweep, CommonArgs, Sweeping, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
 use crate::check;
 use crate::diagnostic::{Code, Diagnostic, Location};
@@ -65,9 +65,8 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    let plan = plan_with_snapshot(&inputs, None, defaults, false, Sweeping::yes(early));
+    let (plan, base) = plan_with_snapshot(&inputs, None, defaults, false, Sweeping::yes(early));
     let mut diags = plan.diags.clone();
-    let base = base_for(&inputs);
     let tree = inputs.tree.as_deref();
     diags.extend(check::run_for(&inputs.policy, &inputs.rules, tree, &plan, &base, &defaults.program, config.as_ref()));
     if args.strict {

@@ -154,26 +154,30 @@ impl Sweeping {
 }
 
 /// The plan of every generated file, the effective snapshot included (computed on the other
-/// core): what `gen-makefiles` writes and what drift is judged on.
+/// core): what `gen-makefiles` writes and what drift is judged on. With it, the last generated
+/// state ([`base_for`]), read on that core too: the snapshot is done long before the plan.
 pub fn plan_with_snapshot(
     inputs: &Inputs,
     out: Option<&Path>,
     defaults: &Defaults,
     force: bool,
     sweep: Sweeping,
-) -> Plan {
+) -> (Plan, crate::snapshot::Base) {
     let (mut plan, snapshot) = std::thread::scope(|scope| {
-        let snapshot = scope.spawn(|| effective_snapshot(inputs, out));
+        let snapshot = scope.spawn(|| (effective_snapshot(inputs, out), base_for(inputs)));
         let plan = plan_for(inputs, out, defaults, force, sweep);
         (plan, snapshot.join())
     });
     match snapshot {
-        Ok(change) => plan.changes.push(change),
+        Ok((change, base)) => {
+            plan.changes.push(change);
+            (plan, base)
+        }
         Err(_) => {
-            plan.diags.push(Diagnostic::error(Code::Io, "computing the effective snapshot failed (a sanpolicy bug)"))
+            plan.diags.push(Diagnostic::error(Code::Io, "computing the effective snapshot failed (a sanpolicy bug)"));
+            (plan, base_for(inputs))
         }
     }
-    plan
 }
 
 /// The committed effective-policy snapshot: beside the policy, or in `--out` when given. It is

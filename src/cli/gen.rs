@@ -4,9 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::context::{
-    base_for, display, inputs, lock_tree, plan_with_snapshot, start_sweep, write, CommonArgs, Sweeping, Ui,
-};
+use super::context::{display, inputs, lock_tree, plan_with_snapshot, start_sweep, write, CommonArgs, Sweeping, Ui};
 use super::{summary, Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
 use crate::diagnostic::Diagnostics;
 use crate::output;
@@ -53,7 +51,7 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     // In-place, `--check` sees a hand-added line anywhere in the tree: it always sweeps.
     let sweep = !args.check || args.sweep || inputs.policy.layout == crate::policy::Layout::InPlace;
     let sweep = if sweep { Sweeping::yes(early) } else { Sweeping::No };
-    let plan = plan_with_snapshot(&inputs, args.out.as_deref(), defaults, args.force, sweep);
+    let (plan, base) = plan_with_snapshot(&inputs, args.out.as_deref(), defaults, args.force, sweep);
     let blocking = plan.diags.clone().sorted();
     if blocking.has_errors() {
         ui.report(&blocking);
@@ -68,7 +66,6 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     ui.report(&blocking);
     let stale: Vec<_> = plan.changes.iter().filter(|c| !c.is_noop()).collect();
-    let base = base_for(&inputs);
     let tree = inputs.tree.as_deref().filter(|_| args.out.is_none());
     if args.check {
         // The same drift `check` and the hook report: stale files, and lines the policy does not own.

@@ -84,7 +84,7 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         new: Some(synced.text.clone()),
     }];
     let synced_inputs = super::context::Inputs { policy, ..inputs };
-    let plan = plan_with_snapshot(&synced_inputs, None, defaults, false, Sweeping::No);
+    let (plan, _) = plan_with_snapshot(&synced_inputs, None, defaults, false, Sweeping::No);
     changes.extend(plan.changes.into_iter().filter(|c| c.display.ends_with(".effective.txt")));
     if args.check {
         let stale = changes.iter().any(|c| !c.is_noop());

@@ -47,29 +47,61 @@ fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
 /// that would shift every later answer onto the wrong file.
 struct Blobs {
     repo: PathBuf,
-    /// Once `git diff --cached --raw` has answered: the object id each staged path has in the
-    /// index (`None`: deleted there). Every other path is in the index as in HEAD, so `:0:path`
-    /// is asked as that id or as `HEAD:path`, and git never reads the index a second time (on
-    /// 6.12 that costs as much as the whole listing).
-    staged: Option<HashMap<String, Option<String>>>,
+    /// Once `git diff --cached --raw` has answered: what each staged path is in the index
+    /// (`None`: deleted there). Every other path is in the index as in HEAD, so `:0:path` is
+    /// asked as that id or as `HEAD:path`, and git never reads the index a second time (on 6.12
+    /// that costs as much as the whole listing).
+    staged: Option<HashMap<String, Option<Indexed>>>,
     /// Answers asked for ahead of need (while git lists what is staged), by the request that
     /// named them: `HEAD:path` and object ids name the same blob for the whole run.
-    fetched: HashMap<String, Option<Vec<u8>>>,
+    fetched: HashMap<String, Option<Blob>>,
+    /// Set by the first failed exchange: answers may be left unread in the pipe, and would be
+    /// taken for the answers of later requests.
+    broken: bool,
     /// `None` once dropped.
     child: Option<std::process::Child>,
     stdin: std::process::ChildStdin,
     stdout: std::io::BufReader<std::process::ChildStdout>,
 }
 
-/// How much a batch asks before it reads the answers: git stops reading requests while its
-/// answers wait unread, so what is written unanswered must fit the pipe (64 KiB on Linux; a
-/// request is at most a path, 4 KiB).
-const BATCH_BYTES: usize = 16 << 10;
+/// A staged path as `git diff --cached --raw` lists it.
+struct Indexed {
+    id: String,
+    /// What it is when it is no regular file (mode 120000, 160000).
+    irregular: Option<&'static str>,
+}
+
+/// What git holds at a path.
+#[derive(Clone)]
+enum Blob {
+    /// A file's bytes; cut after [`BLOB_LIMIT`] + 1 bytes, so that a huge blob is held only
+    /// far enough to be refused as too large.
+    File(Vec<u8>),
+    /// Something that is not a regular file: a symlink, a submodule, a directory.
+    Irregular(&'static str),
+}
+
+impl Blob {
+    fn file(self) -> Option<Vec<u8>> {
+        match self {
+            Blob::File(bytes) => Some(bytes),
+            Blob::Irregular(_) => None,
+        }
+    }
+}
+
+/// The most of one blob the hook holds: the largest file sanpolicy reads.
+const BLOB_LIMIT: u64 = crate::input::SOURCE_LIMIT;
+
+/// Batches up to this size are written before their answers are read: an empty pipe takes a
+/// page whatever its size limit. A larger batch is written from a thread of its own while its
+/// answers are read, since git stops reading requests while its answers wait unread.
+const DIRECT_BYTES: usize = 4 << 10;
 
 /// What to ask git for one spec.
 enum Request {
     /// The answer is known without asking (deleted in the index, named nothing, fetched ahead).
-    Known(Option<Vec<u8>>),
+    Known(Option<Blob>),
     Ask(String),
 }
 
@@ -86,8 +118,8 @@ impl Blobs {
             .map_err(|e| format!("cannot run git: {e}"))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        let fetched = HashMap::new();
-        Ok(Blobs { repo: repo.to_path_buf(), staged: None, fetched, child: Some(child), stdin, stdout })
+        let repo = repo.to_path_buf();
+        Ok(Blobs { repo, staged: None, fetched: HashMap::new(), broken: false, child: Some(child), stdin, stdout })
     }
 
     /// The object id `spec` names, asked of `git rev-parse` (for specs a request line cannot
@@ -107,7 +139,10 @@ impl Blobs {
     fn request(&self, spec: &str) -> std::io::Result<Request> {
         let spec = match (spec.strip_prefix(":0:"), &self.staged) {
             (Some(path), Some(staged)) => match staged.get(path) {
-                Some(Some(id)) => id.clone(),
+                Some(Some(Indexed { irregular: Some(what), .. })) => {
+                    return Ok(Request::Known(Some(Blob::Irregular(what))))
+                }
+                Some(Some(Indexed { id, .. })) => id.clone(),
                 Some(None) => return Ok(Request::Known(None)),
                 None => format!("HEAD:{path}"),
             },
@@ -125,71 +160,55 @@ impl Blobs {
         Ok(Request::Ask(spec))
     }
 
-    /// Each spec's blob, `None` where it does not exist; asked in batches.
-    fn get_many(&mut self, specs: &[String]) -> std::io::Result<Vec<Option<Vec<u8>>>> {
+    /// What each spec names, `None` where nothing is there; asked in one batch.
+    fn get_many(&mut self, specs: &[String]) -> std::io::Result<Vec<Option<Blob>>> {
+        if self.broken {
+            return Err(std::io::Error::other("git cat-file failed earlier in this run"));
+        }
         let mut answers = Vec::with_capacity(specs.len());
-        let mut pending: Vec<String> = Vec::new();
-        let mut pending_bytes = 0;
+        let mut asked = Vec::new();
         for spec in specs {
             match self.request(spec)? {
                 Request::Known(known) => answers.push(Some(known)),
                 Request::Ask(line) => {
-                    pending_bytes += line.len() + 1;
-                    pending.push(line);
+                    asked.push(line);
                     answers.push(None);
-                    if pending_bytes >= BATCH_BYTES {
-                        self.ask(&std::mem::take(&mut pending), &mut answers)?;
-                        pending_bytes = 0;
-                    }
                 }
             }
         }
-        self.ask(&pending, &mut answers)?;
-        Ok(answers.into_iter().map(Option::unwrap_or_default).collect())
+        let got = self.ask(&asked);
+        self.broken = got.is_err();
+        let mut got = got?.into_iter();
+        Ok(answers.into_iter().map(|a| a.unwrap_or_else(|| got.next().flatten())).collect())
     }
 
-    /// Write `lines`, then read their answers into the unanswered slots of `answers`, in order.
-    fn ask(&mut self, lines: &[String], answers: &mut [Option<Option<Vec<u8>>>]) -> std::io::Result<()> {
-        if lines.is_empty() {
-            return Ok(());
-        }
+    /// Write `lines` and read their answers, in order.
+    fn ask(&mut self, lines: &[String]) -> std::io::Result<Vec<Option<Blob>>> {
         let mut batch = Vec::new();
         for line in lines {
             batch.extend_from_slice(line.as_bytes());
             batch.push(b'\n');
         }
-        self.stdin.write_all(&batch)?;
-        self.stdin.flush()?;
-        for slot in answers.iter_mut().filter(|a| a.is_none()).take(lines.len()) {
-            *slot = Some(self.answer()?);
+        let read_all = |stdout: &mut std::io::BufReader<std::process::ChildStdout>| {
+            lines.iter().map(|_| answer(stdout)).collect::<std::io::Result<Vec<_>>>()
+        };
+        if batch.len() <= DIRECT_BYTES {
+            self.stdin.write_all(&batch)?;
+            self.stdin.flush()?;
+            return read_all(&mut self.stdout);
         }
-        Ok(())
+        let (stdin, stdout) = (&mut self.stdin, &mut self.stdout);
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(move || stdin.write_all(&batch).and_then(|()| stdin.flush()));
+            let answers = read_all(stdout);
+            writer.join().map_err(|_| std::io::Error::other("the request writer panicked"))??;
+            answers
+        })
     }
 
-    /// One answer of `git cat-file --batch`: a header line, then the object.
-    fn answer(&mut self) -> std::io::Result<Option<Vec<u8>>> {
-        use std::io::{BufRead, Read};
-        let mut header = Vec::new();
-        self.stdout.read_until(b'\n', &mut header)?;
-        header.pop();
-        let header = String::from_utf8_lossy(&header);
-        if header.ends_with(" missing") || header.ends_with(" ambiguous") {
-            return Ok(None);
-        }
-        let size: usize = header
-            .rsplit(' ')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("unexpected git output `{header}`")))?;
-        let mut body = vec![0; size + 1];
-        self.stdout.read_exact(&mut body)?;
-        body.pop();
-        Ok(Some(body))
-    }
-
-    /// `spec` is `:0:path` (the index) or `REV:path`; `None` when it does not exist there.
+    /// `spec` is `:0:path` (the index) or `REV:path`; `None` when no file is there.
     fn get(&mut self, spec: &str) -> std::io::Result<Option<Vec<u8>>> {
-        Ok(self.get_many(&[spec.to_string()])?.pop().flatten())
+        Ok(self.get_many(&[spec.to_string()])?.pop().flatten().and_then(Blob::file))
     }
 
     /// Fetch `specs` (`REV:path` or object ids: never `:0:`, which means something else once
@@ -200,6 +219,42 @@ impl Blobs {
         self.fetched.extend(specs.into_iter().zip(answers));
         Ok(())
     }
+}
+
+/// One answer of `git cat-file --batch`: a header line, then the object.
+fn answer(stdout: &mut std::io::BufReader<std::process::ChildStdout>) -> std::io::Result<Option<Blob>> {
+    use std::io::{BufRead, Read};
+    let mut header = Vec::new();
+    stdout.read_until(b'\n', &mut header)?;
+    header.pop();
+    let header = String::from_utf8_lossy(&header);
+    // git names the request back; a submodule's commit, not in this repository, is missing
+    // too (its mode, which `diff --raw` gives for a staged path, is not asked here).
+    if header.ends_with(" missing") || header.ends_with(" ambiguous") {
+        return Ok(None);
+    }
+    let mut fields = header.rsplit(' ');
+    let size: Option<u64> = fields.next().and_then(|s| s.parse().ok());
+    let (Some(size), Some(kind)) = (size, fields.next()) else {
+        return Err(std::io::Error::other(format!("unexpected git output `{header}`")));
+    };
+    // The object and its closing newline; beyond the bound, read past and not kept.
+    let kept = (size + 1).min(BLOB_LIMIT + 1);
+    let mut body = Vec::with_capacity(kept as usize);
+    stdout.by_ref().take(kept).read_to_end(&mut body)?;
+    std::io::copy(&mut stdout.by_ref().take(size + 1 - kept), &mut std::io::sink())?;
+    if body.len() as u64 != kept {
+        return Err(std::io::Error::other("git cat-file ended in the middle of an object"));
+    }
+    if size + 1 == kept {
+        body.pop();
+    }
+    Ok(Some(match kind {
+        "blob" => Blob::File(body),
+        "tree" => Blob::Irregular("a directory"),
+        "commit" => Blob::Irregular("a submodule"),
+        _ => Blob::Irregular("not a file"),
+    }))
 }
 
 /// git processes stopped but not yet reaped: a hook run does not wait for git to tear down its
@@ -256,9 +311,13 @@ fn policy_from(
     let abs = repo.join(policy_rel);
     let reader = |p: &Path| -> std::io::Result<Vec<u8>> {
         let rel = p.strip_prefix(repo).unwrap_or(p);
-        blobs.borrow_mut().get(&format!("{prefix}{}", rel.display()))?.ok_or_else(|| {
+        let bytes = blobs.borrow_mut().get(&format!("{prefix}{}", rel.display()))?.ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::NotFound, format!("{prefix}{} not in git", rel.display()))
-        })
+        })?;
+        if bytes.len() as u64 > crate::input::SOURCE_LIMIT {
+            return Err(crate::input::ReadError::TooLarge { limit: crate::input::SOURCE_LIMIT }.into());
+        }
+        Ok(bytes)
     };
     reader(&abs).ok()?;
     Some(policy::load_with(&abs, &reader))
@@ -431,19 +490,25 @@ fn snapshot_body(text: Option<&str>) -> Option<Vec<&str>> {
 /// One staged path: its object id in the index, `None` when the commit deletes it there.
 struct Entry {
     path: String,
-    id: Option<String>,
+    id: Option<Indexed>,
 }
 
 /// `git diff --cached --raw --no-abbrev -z` output (`:MODE MODE OLD NEW STATUS\0PATH\0` per
-/// path): every staged path with its object id in the index.
+/// path): every staged path with its object id and kind in the index.
 fn staged_entries(out: &[u8]) -> Vec<Entry> {
     let mut fields = out.split(|b| *b == 0).filter(|s| !s.is_empty());
     let mut entries = Vec::new();
     while let (Some(raw), Some(path)) = (fields.next(), fields.next()) {
         let raw = String::from_utf8_lossy(raw);
         let new = raw.split(' ').nth(3).filter(|id| id.bytes().any(|b| b != b'0'));
+        let irregular = match raw.split(' ').nth(1) {
+            Some("120000") => Some("a symlink in the index"),
+            Some("160000") => Some("a submodule in the index"),
+            _ => None,
+        };
         // Deleted, or unmerged: nothing a commit can take at stage 0.
-        let id = new.filter(|_| !raw.ends_with(" D") && !raw.ends_with(" U")).map(str::to_string);
+        let id = new.filter(|_| !raw.ends_with(" D") && !raw.ends_with(" U"));
+        let id = id.map(|id| Indexed { id: id.to_string(), irregular });
         entries.push(Entry { path: String::from_utf8_lossy(path).into_owned(), id });
     }
     entries
@@ -531,7 +596,7 @@ fn staged_drift(
 ) -> Result<(), String> {
     let join = |d: &str, n: &str| if d.is_empty() { n.to_string() } else { format!("{d}/{n}") };
     let by_dir = policy.units_by_dir();
-    let mut staged = crate::generate::Staged::new();
+    let mut staged = crate::generate::Staged::default();
     let mut present = BTreeSet::new();
     // Both names of every directory in one batch; Kbuild reads `Kbuild` when there is one.
     let central = policy.layout == crate::policy::Layout::Central;
@@ -575,7 +640,9 @@ fn staged_drift(
     let plan = crate::generate::plan_staged(sub, repo, rules, &staged);
     let relocate = |mut d: Diagnostic| {
         if let Some(l) = d.location.as_mut() {
+            // A kbuild file the commit stages, or `None`: a finding located in the policy.
             let file = l.path.strip_prefix(repo).ok().map(|p| p.display().to_string());
+            let file = file.filter(|f| staged.files.contains_key(f));
             if d.code == Code::Drift {
                 d.hint = d.hint.as_deref().map(|h| staged_hint(h, file.as_deref(), written));
             }
@@ -598,12 +665,19 @@ fn staged_into(
     staged: &mut crate::generate::Staged,
     repo: &Path,
     rel: String,
-    bytes: Option<Vec<u8>>,
+    blob: Option<Blob>,
     outcome: &mut Outcome,
 ) {
-    let Some(bytes) = bytes else { return };
-    outcome.sources.push((shown(&repo.join(&rel)), String::from_utf8_lossy(&bytes).into_owned()));
-    staged.insert(rel, bytes);
+    match blob {
+        None => {}
+        Some(Blob::Irregular(what)) => {
+            staged.irregular.insert(rel, what);
+        }
+        Some(Blob::File(bytes)) => {
+            outcome.sources.push((shown(&repo.join(&rel)), String::from_utf8_lossy(&bytes).into_owned()));
+            staged.files.insert(rel, bytes);
+        }
+    }
 }
 
 /// The hook script `install-hook` writes; the marker line identifies it as ours.
@@ -630,4 +704,74 @@ pub fn hooks_dir(tree: &Path) -> Result<PathBuf, String> {
     let out = git(tree, &["rev-parse", "--git-path", "hooks"])?;
     let p = PathBuf::from(String::from_utf8_lossy(&out).trim());
     Ok(if p.is_absolute() { p } else { tree.join(p) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git_in(dir: &Path, args: &[&str], stdin: &[u8]) -> String {
+        let mut child = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("this test needs git: {e}"));
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// More requests than a pipe holds, each answered by more than a pipe holds: written before
+    /// the answers are read, git would stop reading while its first answer waits, and both
+    /// sides would wait forever. Every answer comes back, in order; a path that is not there
+    /// is `None`, and so is a submodule's commit; a directory is told apart from files.
+    #[test]
+    fn a_batch_larger_than_the_pipes_is_answered_in_order() {
+        let repo = tempfile::tempdir().unwrap();
+        let dir = repo.path();
+        git_in(dir, &["init", "-q"], b"");
+        git_in(dir, &["config", "user.email", "t@example.org"], b"");
+        git_in(dir, &["config", "user.name", "t"], b"");
+        let bodies: Vec<Vec<u8>> = (0..2u8).map(|i| vec![b'a' + i; 70 << 10]).collect();
+        let ids: Vec<String> = bodies.iter().map(|b| git_in(dir, &["hash-object", "-w", "--stdin"], b)).collect();
+        // A submodule's commit is not in the superproject's object store.
+        let mut index = format!("160000 {}\tsub/Makefile\n", "1234567890".repeat(4));
+        index.push_str(&format!("100644 {}\tsub/Kbuild/Makefile\n", ids[0]));
+        // Larger than anything sanpolicy reads: held only far enough to be refused.
+        let huge = git_in(dir, &["hash-object", "-w", "--stdin"], &vec![0; (BLOB_LIMIT + 4096) as usize]);
+        index.push_str(&format!("100644 {huge}\thuge/Makefile\n"));
+        let path = |i: usize| format!("a-directory-with-a-long-name-{}/Makefile-{i:05}", "x".repeat(40));
+        for i in 0..1200 {
+            index.push_str(&format!("100644 {}\t{}\n", ids[i % 2], path(i)));
+        }
+        git_in(dir, &["update-index", "--add", "--index-info"], index.as_bytes());
+        git_in(dir, &["commit", "-q", "-m", "x"], b"");
+        let mut specs: Vec<String> = (0..1200).map(|i| format!("HEAD:{}", path(i))).collect();
+        specs.extend(["HEAD:nothing/here".to_string(), format!("HEAD:{}", path(0).split('/').next().unwrap())]);
+        specs.extend(["HEAD:sub/Makefile".into(), "HEAD:sub/Kbuild".into(), "HEAD:huge/Makefile".into()]);
+        specs.push(format!("HEAD:{}", path(7)));
+        let (done, wait) = std::sync::mpsc::channel();
+        let repo_path = dir.to_path_buf();
+        std::thread::spawn(move || {
+            let mut blobs = Blobs::start(&repo_path).unwrap();
+            let _ = done.send(blobs.get_many(&specs).map_err(|e| e.to_string()));
+        });
+        let answers =
+            wait.recv_timeout(std::time::Duration::from_secs(120)).expect("git and the hook wait on each other");
+        let answers = answers.unwrap();
+        assert_eq!(answers.len(), 1206);
+        for (i, answer) in answers.iter().take(1200).enumerate() {
+            assert!(matches!(answer, Some(Blob::File(b)) if *b == bodies[i % 2]), "answer {i}");
+        }
+        assert!(answers[1200].is_none(), "a missing path");
+        assert!(matches!(answers[1201], Some(Blob::Irregular("a directory"))), "a directory");
+        assert!(answers[1202].is_none(), "a submodule in HEAD");
+        assert!(matches!(answers[1203], Some(Blob::Irregular("a directory"))), "a directory named Kbuild");
+        assert!(matches!(&answers[1204], Some(Blob::File(b)) if b.len() as u64 == BLOB_LIMIT + 1), "a huge blob");
+        assert!(matches!(&answers[1205], Some(Blob::File(b)) if *b == bodies[1]), "the answer after a huge blob");
+    }
 }
