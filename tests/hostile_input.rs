@@ -422,6 +422,26 @@ fn pre_commit_cases() {
         .commands(hook)
         .exit(1),
         Case::new(
+            "two staged kbuild files whose paths read the same once made UTF-8",
+            |t| {
+                use std::os::unix::ffi::OsStrExt;
+                committed(t);
+                for (byte, text) in
+                    [(0xfe, "obj-y += plain.o\n".to_string()), (0xff, format!("obj-y += plain.o\n{HAND}"))]
+                {
+                    let dir = t.join("lib").join(std::ffi::OsStr::from_bytes(&[byte]));
+                    fs::create_dir(&dir).unwrap();
+                    fs::write(dir.join("Makefile"), text).unwrap();
+                }
+                git(t.path(), &["add", "-A"]);
+            },
+            // One finding: both read the same.
+            vec![("bad-path", "lib/\u{fffd}/Makefile".into())],
+        )
+        .says("has a path that is not UTF-8")
+        .commands(hook)
+        .exit(2),
+        Case::new(
             "a kbuild file holding the policy's lines replaced by a submodule",
             |t| {
                 committed(t);

@@ -407,7 +407,17 @@ pub fn pre_commit_started(
     if !staged_out.status.success() {
         return Err(format!("git diff --cached: {}", String::from_utf8_lossy(&staged_out.stderr).trim()));
     }
-    let entries = staged_entries(&staged_out.stdout);
+    let mut entries = staged_entries(&staged_out.stdout);
+    // A path that is not UTF-8 is not asked of git as its bytes (two of them could read the same
+    // here, and one would be judged as the other): a staged kbuild file's is refused instead.
+    for e in entries.iter().filter(|e| !e.utf8 && is_kbuild(&e.path)) {
+        outcome.diags.push(
+            Diagnostic::error(Code::BadPath, format!("the staged `{}` has a path that is not UTF-8", e.path))
+                .at(Location::file(&shown(&repo.join(&e.path))))
+                .hint("rename it: the hook judges kbuild files by UTF-8 paths, as every kernel tree names them"),
+        );
+    }
+    entries.retain(|e| e.utf8);
     let staged: Vec<String> = entries.iter().map(|e| e.path.clone()).collect();
     let deleted: BTreeSet<String> = entries.iter().filter(|e| e.id.is_none()).map(|e| e.path.clone()).collect();
     blobs.borrow_mut().staged = Some(entries.into_iter().map(|e| (e.path, e.id)).collect());
@@ -491,6 +501,8 @@ fn snapshot_body(text: Option<&str>) -> Option<Vec<&str>> {
 struct Entry {
     path: String,
     id: Option<Indexed>,
+    /// The path's bytes are UTF-8 (`path` is then exactly them).
+    utf8: bool,
 }
 
 /// `git diff --cached --raw --no-abbrev -z` output (`:MODE MODE OLD NEW STATUS\0PATH\0` per
@@ -509,7 +521,8 @@ fn staged_entries(out: &[u8]) -> Vec<Entry> {
         // Deleted, or unmerged: nothing a commit can take at stage 0.
         let id = new.filter(|_| !raw.ends_with(" D") && !raw.ends_with(" U"));
         let id = id.map(|id| Indexed { id: id.to_string(), irregular });
-        entries.push(Entry { path: String::from_utf8_lossy(path).into_owned(), id });
+        let utf8 = std::str::from_utf8(path).is_ok();
+        entries.push(Entry { path: String::from_utf8_lossy(path).into_owned(), id, utf8 });
     }
     entries
 }
