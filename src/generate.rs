@@ -360,16 +360,9 @@ pub struct Sweep {
 /// The sweep of `tree`: one parallel walk over its kbuild files, parsing those it keeps. It
 /// reads nothing of the policy, so it can run while the policy is read.
 pub fn sweep(tree: &Path) -> Sweep {
-    let mut needles = crate::mechanism::directive_words();
-    needles.push(BEGIN_MARKER);
-    let walk = makefile::walk_kbuild_files_with(tree, &needles, |path, bytes| {
+    let walk = makefile::walk_kbuild_files_with(tree, &sweep_needles(), |path, bytes| {
         let own = path.parent().and_then(kbuild_file).as_deref() == Some(path);
-        own.then(|| {
-            makefile::decode_kbuild(path, bytes).ok().map(|text| {
-                let parsed = makefile::parse(&text);
-                (text, parsed)
-            })
-        })
+        own.then(|| swept_text(path, bytes))
     });
     let mut dirs = BTreeMap::new();
     for (path, read) in walk.files {
@@ -384,8 +377,7 @@ pub fn sweep(tree: &Path) -> Sweep {
 /// (Kbuild's pick for their directory, outside the skipped top-level directories, holding a
 /// needle), the same warning for one over the size bound.
 fn sweep_staged(tree: &Path, staged: &Staged) -> Sweep {
-    let mut needles = crate::mechanism::directive_words();
-    needles.push(BEGIN_MARKER);
+    let needles = sweep_needles();
     let mut sweep = Sweep { dirs: BTreeMap::new(), skipped: Diagnostics::default() };
     for (rel, bytes) in &staged.files {
         let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
@@ -401,13 +393,26 @@ fn sweep_staged(tree: &Path, staged: &Staged) -> Sweep {
         if !needles.iter().any(|n| memchr::memmem::find(bytes, n.as_bytes()).is_some()) {
             continue;
         }
-        let read = makefile::decode_kbuild(&path, bytes.clone()).ok().map(|text| {
-            let parsed = makefile::parse(&text);
-            (text, parsed)
-        });
+        let read = swept_text(&path, bytes.clone());
         sweep.dirs.insert(dir.to_string(), Swept { path, read });
     }
     sweep
+}
+
+/// What a sweep keeps a kbuild file for: a directive name or a generated block's marker.
+fn sweep_needles() -> Vec<&'static str> {
+    let mut needles = crate::mechanism::directive_words();
+    needles.push(BEGIN_MARKER);
+    needles
+}
+
+/// A swept kbuild file's text and parse; `None` when it cannot be decoded (planning reads it
+/// again and reports why).
+fn swept_text(path: &Path, bytes: Vec<u8>) -> Option<(String, KbuildFile)> {
+    makefile::decode_kbuild(path, bytes).ok().map(|text| {
+        let parsed = makefile::parse(&text);
+        (text, parsed)
+    })
 }
 
 /// The directories of `sweep` (none without one). A kbuild file the walk skipped (over the
