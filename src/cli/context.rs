@@ -8,11 +8,11 @@ use clap::Args;
 
 use super::{Defaults, EXIT_BAD_INPUT};
 use crate::diagnostic::{self, Code, Diagnostic, Diagnostics, Sources};
+use crate::generate::snapshot::{self, Base, Binding, Snapshot};
 use crate::generate::{self, Plan};
 use crate::kbuild::Rules;
 use crate::output::{self, Change, TreeLock, LOCK_WAIT};
 use crate::policy::{self, Policy};
-use crate::review::effective;
 
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
@@ -162,41 +162,53 @@ pub fn plan_with_snapshot(
     defaults: &Defaults,
     force: bool,
     sweep: Sweeping,
-) -> (Plan, crate::snapshot::Base) {
+) -> (Plan, Base) {
     let (mut plan, snapshot) = std::thread::scope(|scope| {
-        let snapshot = scope.spawn(|| (effective_snapshot(inputs, out), base_for(inputs)));
+        let snapshot = scope.spawn(|| (effective_snapshot(inputs, out), base_for(inputs, out, &defaults.program)));
         let plan = plan_for(inputs, out, defaults, force, sweep);
         (plan, snapshot.join())
     });
-    match snapshot {
-        Ok((change, base)) => {
-            plan.changes.push(change);
-            (plan, base)
-        }
-        Err(_) => {
-            plan.diags.push(Diagnostic::error(Code::Io, "computing the effective snapshot failed (a sanpolicy bug)"));
-            (plan, base_for(inputs))
-        }
+    let Ok(((snapshot, change), base)) = snapshot else {
+        plan.diags.push(Diagnostic::error(Code::Io, "computing the effective snapshot failed (a sanpolicy bug)"));
+        return (plan, Base::default());
+    };
+    plan.changes.push(change);
+    plan.snapshot = Some(snapshot);
+    let base = base.unwrap_or_else(|d| {
+        plan.diags.push(*d);
+        Base::default()
+    });
+    (plan, base)
+}
+
+/// What the run's snapshot is bound to: the tree, unless fragments are written (`--out`, or no
+/// tree at all), which are no tree's generation.
+pub fn binding(inputs: &Inputs, out: Option<&Path>) -> Binding {
+    match out {
+        Some(_) => Binding::None,
+        None => Binding::of(&inputs.policy_path, inputs.tree.as_deref()),
     }
 }
 
-/// The committed effective-policy snapshot: beside the policy, or in `--out` when given. It is
-/// computed from the policy's blocks alone, so it reads the same with or without a tree.
-fn effective_snapshot(inputs: &Inputs, out: Option<&Path>) -> crate::output::Change {
-    let beside = effective::snapshot_path(&inputs.policy_path);
+/// The committed effective-policy snapshot: beside the policy, or in `--out` when given. Its
+/// body is computed from the policy's blocks alone, so it reads the same with or without a
+/// tree; its binding names the tree it was written for.
+fn effective_snapshot(inputs: &Inputs, out: Option<&Path>) -> (Snapshot, Change) {
+    let beside = snapshot::snapshot_path(&inputs.policy_path);
     let path = match out {
         Some(dir) => dir.join(beside.file_name().unwrap_or_default()),
         None => beside,
     };
-    let mut change = effective::snapshot_change(&inputs.policy, &inputs.rules, &path, &inputs.policy_path);
+    let snapshot = Snapshot::compute(&inputs.policy, &inputs.rules, binding(inputs, out));
+    let mut change = snapshot::snapshot_change(&snapshot, &path, &inputs.policy_path);
     change.display = display(&path);
-    change
+    (snapshot, change)
 }
 
-/// The last generated state, for telling which side of a drift moved: the committed snapshot.
-pub fn base_for(inputs: &Inputs) -> crate::snapshot::Base {
-    let text = std::fs::read_to_string(effective::snapshot_path(&inputs.policy_path)).ok();
-    crate::snapshot::Base::parse(text.as_deref())
+/// The last generated state, for telling which side of a drift moved: the committed snapshot,
+/// validated, when it was written for this tree (else unknown: a first application).
+pub fn base_for(inputs: &Inputs, out: Option<&Path>, program: &str) -> Result<Base, Box<Diagnostic>> {
+    snapshot::read_base(&inputs.policy_path, &binding(inputs, out), program)
 }
 
 pub fn plan_for(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: Sweeping) -> Plan {
