@@ -191,6 +191,24 @@ fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
             );
         }
     }
+    // Directories no policy path can name: `import` left their lines outside the policy, sync
+    // cannot take them in and writing never touches them; say so, once per line.
+    for (dir, (file, text, why)) in &plan.unnameable {
+        let parsed = makefile::parse(text);
+        let lines = crate::diagnostic::LineIndex::new(text);
+        for (i, d) in parsed.directives() {
+            let a = &parsed.assignments[i];
+            if a.in_block {
+                continue;
+            }
+            diags.push(
+                Diagnostic::error(Code::Unrepresentable, format!("`{}` is decided outside the policy: {why}", a.name))
+                    .at(lines.line(file, text, a.line))
+                    .hint(format!("a policy cannot name `{dir}/`, so sync leaves the line alone: rename the directory, or acknowledge the line with `[[acknowledge]]` code `unrepresentable`"))
+                    .about(&format!("{dir}/{}", d.object.as_deref().unwrap_or("")), Some(d.mech)),
+            );
+        }
+    }
 }
 
 fn unread_mechanisms(policy: &Policy, rules: &Rules, diags: &mut Diagnostics) {

@@ -371,3 +371,31 @@ fn report_and_check_agree_on_requirements_the_tree_does_not_have() {
     let text = ok(p, &["report", "--format", "text"]).stdout;
     assert!(!text.contains("BROKEN"), "{text}");
 }
+
+#[test]
+fn directives_in_directories_no_policy_can_name_get_one_answer() {
+    // `import` leaves these lines outside the policy; check used to say "run sync" while sync
+    // said "in sync". Now every command says the same: outside the policy, acknowledge or rename.
+    let t = rules_tree("sanpolicy-verdict-names-", "obj-y := a.o b.o\nobj-y += my\\ dir/ café/\n");
+    let p = t.path();
+    for (dir, object) in [("lib/my dir", "x"), ("lib/café", "y")] {
+        fs::create_dir_all(p.join(dir)).unwrap();
+        fs::write(p.join(dir).join(format!("{object}.c")), "").unwrap();
+        fs::write(p.join(dir).join("Makefile"), format!("obj-y := {object}.o\n")).unwrap();
+    }
+    ok(p, &["import", "--adopt"]);
+    for (dir, object) in [("lib/my dir", "x"), ("lib/café", "y")] {
+        let text = read(p, &format!("{dir}/Makefile"));
+        fs::write(p.join(dir).join("Makefile"), format!("{text}# Why.\nKASAN_SANITIZE_{object}.o := n\n")).unwrap();
+    }
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert_eq!(check.stderr.matches("error[unrepresentable]").count(), 2, "{}", check.stderr);
+    assert!(!check.stderr.contains("error[drift]") && !check.stderr.contains("sanpolicy sync`"), "{}", check.stderr);
+    assert!(ok(p, &["sync"]).stderr.contains("in sync"), "sync agrees: nothing it can take");
+    assert_eq!(run_in(p, &["gen-makefiles", "--check"]).code, 0, "and writing leaves them alone");
+    let policy = read(p, POLICY);
+    let acks = "\n[[acknowledge]]\ncode = \"unrepresentable\"\npath = \"lib/my dir/x.o\"\nmechanism = \"kasan\"\nwhy = \"Kept.\"\n\n[[acknowledge]]\ncode = \"unrepresentable\"\npath = \"lib/café/y.o\"\nmechanism = \"kasan\"\nwhy = \"Kept.\"\n";
+    fs::write(p.join(POLICY), format!("{policy}{acks}")).unwrap();
+    all_green(p, "acknowledged as the help says");
+}

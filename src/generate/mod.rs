@@ -54,6 +54,11 @@ pub struct Plan {
     pub unheld: BTreeMap<String, Vec<emit::central::Unheld>>,
     /// The effective snapshot this generation writes: what the policy says now.
     pub snapshot: Option<snapshot::Snapshot>,
+    /// Directories whose kbuild file holds directives but whose name a policy path cannot hold
+    /// (a blank, a non-ASCII character): as `import` leaves their lines outside the policy,
+    /// planning never writes them, and `check` reports each line (`unrepresentable`). By
+    /// directory: its kbuild file, its text, and why the name cannot be a policy path.
+    pub unnameable: BTreeMap<String, (PathBuf, String, String)>,
 }
 
 /// Plan writing the policy's blocks into `tree`. With `sweep`, the whole tree is also searched for
@@ -119,7 +124,7 @@ fn plan_in_place(policy: &Policy, mut at: Site, rules: &Rules, sweep: Option<Swe
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
     let mut dirs: BTreeMap<String, Vec<&Unit>> = by_dir.iter().map(|(d, u)| (d.to_string(), u.clone())).collect();
-    let mut swept = swept_dirs(sweep, &at, |d| by_dir.contains_key(d), &mut plan.diags);
+    let mut swept = swept_dirs(sweep, &at, |d| by_dir.contains_key(d), &mut plan);
     for dir in swept.keys() {
         dirs.entry(dir.clone()).or_default();
     }
@@ -244,7 +249,7 @@ fn plan_central(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep
     let file = tree.join(central::CENTRAL_FILE);
     let old = at.is_file(central::CENTRAL_FILE).then(|| at.read(&file)).transpose();
     let mut dirs: std::collections::BTreeSet<String> = by_dir.keys().map(|d| d.to_string()).collect();
-    dirs.extend(swept_dirs(sweep, &at, |d| by_dir.contains_key(d), &mut plan.diags).into_keys());
+    dirs.extend(swept_dirs(sweep, &at, |d| by_dir.contains_key(d), &mut plan).into_keys());
     // Directories whose section holds only resets are not the policy's: without a sweep they
     // are found through the central file as it stands, so a fast check plans them too.
     let written = old.as_ref().ok().and_then(Option::as_deref).and_then(central::sections).unwrap_or_default();
@@ -329,8 +334,10 @@ fn plan_blocks(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep:
     let mut plan = Plan::default();
     let by_dir = policy.units_by_dir();
     // The sweep's warnings follow the named directories' findings, as they are found.
-    let mut skipped = Diagnostics::default();
+    let mut skipped = Plan::default();
     let mut swept = swept_dirs(sweep, &at, |d| by_dir.contains_key(d), &mut skipped);
+    plan.unnameable = std::mem::take(&mut skipped.unnameable);
+    let skipped = skipped.diags;
     for (dir, units) in &by_dir {
         // A directory whose units conflict has no well-defined block to plan.
         let known = swept.remove(*dir);
@@ -420,22 +427,33 @@ fn swept_text(path: &Path, bytes: Vec<u8>) -> Option<(String, KbuildFile)> {
 }
 
 /// The directories of `sweep` (none without one). A kbuild file the walk skipped (over the
-/// size bound, not a regular file) is a warning in `diags`: drift in it goes unseen. Not for
+/// size bound, not a regular file) is a warning in `plan.diags`: drift in it goes unseen. Not for
 /// the kbuild file of a directory the policy names (`named`): planning that directory refuses
 /// the file with an error.
 fn swept_dirs(
     sweep: Option<Sweep>,
     at: &Site,
     named: impl Fn(&str) -> bool,
-    diags: &mut Diagnostics,
+    plan: &mut Plan,
 ) -> BTreeMap<String, Swept> {
-    let Some(Sweep { dirs, skipped }) = sweep else { return BTreeMap::new() };
+    let Some(Sweep { mut dirs, skipped }) = sweep else { return BTreeMap::new() };
     let refused_when_planned = |d: &Diagnostic| {
         let Some(path) = d.location.as_ref().map(|l| l.path.as_path()) else { return false };
         let dir = path.parent().and_then(|d| d.strip_prefix(at.tree).ok()).map(|d| d.to_string_lossy().into_owned());
         dir.is_some_and(|dir| named(&dir) && at.kbuild_file(&dir).as_deref() == Some(path))
     };
-    diags.extend(Diagnostics(skipped.0.into_iter().filter(|d| !refused_when_planned(d)).collect()));
+    plan.diags.extend(Diagnostics(skipped.0.into_iter().filter(|d| !refused_when_planned(d)).collect()));
+    // A directory no policy path can name is not planned (nothing of it is the policy's).
+    let unnameable: Vec<(String, String)> = dirs
+        .keys()
+        .filter(|d| !named(d))
+        .filter_map(|d| crate::policy::UnitPath::parse(&format!("{d}/"), None).err().map(|(why, _)| (d.clone(), why)))
+        .collect();
+    for (dir, why) in unnameable {
+        if let Some(Swept { path, read: Some((text, _)) }) = dirs.remove(&dir) {
+            plan.unnameable.insert(dir, (path, text, why));
+        }
+    }
     dirs
 }
 
