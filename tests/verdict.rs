@@ -399,3 +399,19 @@ fn directives_in_directories_no_policy_can_name_get_one_answer() {
     fs::write(p.join(POLICY), format!("{policy}{acks}")).unwrap();
     all_green(p, "acknowledged as the help says");
 }
+
+#[test]
+fn explain_cites_the_policy_unit_that_decides_a_conditional_state() {
+    // As kernel/trace/Makefile does: coverage forced on for the directory under a Kconfig switch.
+    let makefile = "obj-y := a.o b.o\n\n# for GCOV coverage profiling\nifdef CONFIG_GCOV_PROFILE_FTRACE\nGCOV_PROFILE := y\nendif\n";
+    let t = rules_tree("sanpolicy-verdict-explain-", makefile);
+    let p = t.path();
+    ok(p, &["import", "--adopt"]);
+    let text = ok(p, &["explain", "lib/a.o"]).stdout;
+    let gcov = text.lines().find(|l| l.trim_start().starts_with("gcov ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        gcov.contains(" cond ") && gcov.contains("policy") && gcov.contains("CONFIG_GCOV_PROFILE_FTRACE"),
+        "{text}"
+    );
+    assert!(!gcov.contains("kernel default"), "the unit decides where it applies, not the default: {text}");
+}

@@ -134,9 +134,16 @@ pub fn explain_for(
             };
             // The line that decides: for a conditional state, the one that exempts (or forces).
             let rows = outcomes[&id].as_ref().and_then(|o| o.as_ref().ok());
+            // A line of the tree or the policy that decides some configurations is cited before
+            // the default that decides the others (a `force` under `ifdef` is the line that
+            // matters where it applies, not the default it overrides).
             let deciding = rows.and_then(|rows| {
+                let by_line = rows.iter().find(|r| {
+                    matches!(&r.eval.decided_by, DecidedBy::Object(_) | DecidedBy::Directory(_))
+                        || matches!(&r.eval.decided_by, DecidedBy::Flags(v) if !v.is_empty())
+                });
                 let minority = rows.iter().find(|r| !r.eval.on && matches!(state, State::Depends(_)));
-                minority.or(rows.first()).map(|r| r.eval.decided_by.clone())
+                by_line.or(minority).or(rows.first()).map(|r| r.eval.decided_by.clone())
             });
             let source = source(policy, rules, &file, &path, id, deciding, &preset, &state);
             let uncertain =
