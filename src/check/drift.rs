@@ -186,7 +186,24 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
             }
             let loc = lines.line(&file.path, before, a.line);
             let path = path_of(dir, d.object.as_deref());
-            if inside.contains(a.name.as_str()) {
+            // The block says exactly this (sync took the line in): writing removes it here.
+            let same = a.frames.is_empty()
+                && parsed
+                    .assignments
+                    .iter()
+                    .any(|b| b.in_block && b.name == a.name && b.value.trim() == a.value.trim());
+            if same {
+                diags.push((
+                    Diagnostic::error(
+                        Code::ConflictingDirective,
+                        format!("`{}` is set both here and, to the same value, in the generated block", a.name),
+                    )
+                    .at(loc)
+                    .hint(format!("run `{program} gen-makefiles`: it removes this line, which the block now holds"))
+                    .fixed_by(Fix::GenMakefiles),
+                    false,
+                ));
+            } else if inside.contains(a.name.as_str()) {
                 diags.push((
                     Diagnostic::error(
                         Code::ConflictingDirective,

@@ -619,7 +619,7 @@ fn plan_dir(
     plan.before.insert(dir.to_string(), old.clone());
     let parsed = parsed.unwrap_or_else(|| makefile::parse(&old));
     let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
-    match emit::splice(&old, &parsed, &block, force) {
+    match emit::splice(&old, &parsed, &block, force).map(|new| moved_into_block(&new)) {
         Ok(new) => {
             plan.files.insert(dir.to_string(), PlannedFile::new(path.clone(), new.clone()));
             plan.changes.push(Change { path: target, display, old: Some(old), new: Some(new) });
@@ -641,6 +641,36 @@ fn plan_dir(
                 .hint("move the change into the policy and rerun with `--force` to overwrite the block"),
         ),
     }
+}
+
+/// Block layout: `new` without the hand-written lines the generated block now says exactly
+/// (same variable, value and no conditions; a line `sync` took into the policy), each with the
+/// comment paragraph that headed only it. That is the move `sync` then `gen-makefiles` promise;
+/// a line that says something else stays, and `check` reports the conflict.
+fn moved_into_block(new: &str) -> String {
+    let parsed = makefile::parse(new);
+    let said: HashSet<(&str, &str)> =
+        parsed.assignments.iter().filter(|a| a.in_block).map(|a| (a.name.as_str(), a.value.trim())).collect();
+    let lines: Vec<&str> = new.split_inclusive('\n').collect();
+    let mut drop = vec![false; lines.len()];
+    for a in parsed.assignments.iter().filter(|a| !a.in_block && a.frames.is_empty() && !a.continued) {
+        if a.op != makefile::Op::Simple && a.op != makefile::Op::Recursive
+            || !said.contains(&(a.name.as_str(), a.value.trim()))
+        {
+            continue;
+        }
+        let after_blank = lines.get(a.end_line).is_none_or(|l| l.trim().is_empty());
+        let from = match a.comment_line {
+            Some(c) if after_blank => c,
+            _ => a.line,
+        };
+        drop[from - 1..a.end_line].iter_mut().for_each(|d| *d = true);
+        // The blank line that separated the paragraph goes with it.
+        if from >= 2 && lines[from - 2].trim().is_empty() {
+            drop[from - 2] = true;
+        }
+    }
+    lines.iter().zip(drop).filter(|(_, d)| !d).map(|(l, _)| *l).collect()
 }
 
 /// Plan the standalone fragments under `out` (one `<dir>/sanpolicy.mk` per directory), removing
