@@ -90,7 +90,7 @@ fn generate(rng: &mut Rng) -> Case {
     let layout = *rng.pick(&["in-place", "block", "central"]);
     let mut initial = Vec::new();
     for _ in 0..1 + rng.below(3) {
-        let line = (*rng.pick(&OBJECTS), rng.below(MECHS.len()));
+        let line = (OBJECTS[rng.below(OBJECTS.len())], rng.below(MECHS.len()));
         if !initial.contains(&line) {
             initial.push(line);
         }
@@ -98,7 +98,11 @@ fn generate(rng: &mut Rng) -> Case {
     let mut policy = Vec::new();
     for _ in 0..rng.below(3) {
         policy.push(match rng.below(3) {
-            0 => PolicyEdit::Add { object: *rng.pick(&OBJECTS), mech: rng.below(MECHS.len()), force: rng.chance(30) },
+            0 => PolicyEdit::Add {
+                object: OBJECTS[rng.below(OBJECTS.len())],
+                mech: rng.below(MECHS.len()),
+                force: rng.chance(30),
+            },
             1 => PolicyEdit::Drop(rng.below(4)),
             _ => PolicyEdit::Reason(rng.below(4)),
         });
@@ -107,7 +111,7 @@ fn generate(rng: &mut Rng) -> Case {
     for _ in 0..rng.below(3) {
         tree.push(match rng.below(3) {
             0 => TreeEdit::Append {
-                object: *rng.pick(&OBJECTS),
+                object: OBJECTS[rng.below(OBJECTS.len())],
                 mech: rng.below(MECHS.len()),
                 value: if rng.chance(25) { 'y' } else { 'n' },
             },
@@ -115,6 +119,16 @@ fn generate(rng: &mut Rng) -> Case {
             _ => TreeEdit::Flip(rng.below(4)),
         });
     }
+    // Both sides setting the same variable differently is a real conflict a person decides
+    // (check says so, with no command to run): not generated.
+    let added: Vec<(&str, usize)> = policy
+        .iter()
+        .filter_map(|e| match e {
+            PolicyEdit::Add { object, mech, .. } => Some((*object, *mech)),
+            _ => None,
+        })
+        .collect();
+    tree.retain(|e| !matches!(e, TreeEdit::Append { object, mech, .. } if added.contains(&(*object, *mech))));
     Case {
         version,
         layout,

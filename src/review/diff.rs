@@ -1,8 +1,7 @@
 //! `diff`: what a policy change does to effective instrumentation, newly uninstrumented objects
 //! first, since those are what a reviewer must scrutinise.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use serde_json::{json, Value};
 
@@ -149,63 +148,31 @@ pub fn git_reader(rev: &str, near: &Path) -> Result<impl Fn(&Path) -> std::io::R
                 .hint("run inside the git repository that holds the policy, or pass OLD NEW files"),
         )
     };
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["rev-parse", "--show-toplevel"])
-        .output()
-        .map_err(|e| git_problem(format!("cannot run git: {e}")))?;
-    if !out.status.success() {
-        return Err(git_problem(format!("`{}` is not in a git repository", near.display())));
-    }
-    let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'));
-    let root = root.canonicalize().unwrap_or(root);
+    let root = super::git::repo_root(dir)
+        .map_err(|_| git_problem(format!("`{}` is not in a git repository", near.display())))?;
     let commit = resolve_commit(&root, rev)?;
+    // One `git cat-file --batch` for every file the policy reads at that commit.
+    let blobs = std::cell::RefCell::new(super::git::Blobs::start(&root).map_err(git_problem)?);
     Ok(move |path: &Path| {
         let absolute = super::resolved(path)?;
         let rel = absolute
             .strip_prefix(&root)
             .map_err(|_| std::io::Error::other(format!("`{}` is outside the repository", path.display())))?;
-        let object = format!("{commit}:{}", rel.display());
-        let blob = Command::new("git")
-            .arg("-C")
-            .arg(&root)
-            .args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
-            .arg(&object)
-            .output()?;
-        if !blob.status.success() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("`{}` does not exist at {commit}", rel.display()),
-            ));
-        }
-        let id = String::from_utf8_lossy(&blob.stdout).trim().to_string();
-        let out = Command::new("git").arg("-C").arg(&root).args(["cat-file", "blob", &id]).output()?;
-        if out.status.success() {
-            Ok(out.stdout)
-        } else {
-            Err(std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()))
-        }
+        blobs.borrow_mut().get(&format!("{commit}:{}", rel.display()))?.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, format!("`{}` does not exist at {commit}", rel.display()))
+        })
     })
 }
 
 /// The commit `rev` names in the repository at `root`, as a full object id.
 fn resolve_commit(root: &Path, rev: &str) -> Result<String, Box<Diagnostic>> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(root)
-        .args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
-        .arg(format!("{rev}^{{commit}}"))
-        .output()
-        .map_err(|e| Box::new(Diagnostic::error(Code::Io, format!("cannot run git: {e}"))))?;
-    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !out.status.success() || id.len() < 40 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(Box::new(
+    super::git::commit_of(root, rev).map_err(|e| match e {
+        super::git::RevError::Git(message) => Box::new(Diagnostic::error(Code::Io, message)),
+        super::git::RevError::NotACommit => Box::new(
             Diagnostic::error(Code::BadRevision, format!("`{rev}` is not a commit of this repository"))
                 .hint("pass a branch, tag or commit, e.g. `--base origin/master` or `--base HEAD~1`"),
-        ));
-    }
-    Ok(id)
+        ),
+    })
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 pub mod diff;
 pub mod explain;
+mod git;
 pub mod hook;
 pub mod report;
 
