@@ -87,6 +87,9 @@ fn ifdef_and_ifndef_of_one_symbol_are_one_symbol() {
         tree_with(&[("mm/kasan/a.c", ""), ("mm/kasan/Makefile", "obj-y := a.o\n"), ("sanitizer-policy.toml", &policy)]);
     let run = run_in(tree.path(), &["check"]);
     assert!(!run.stderr.contains("recursion-prone"), "{}", run.both());
+    // explain answers for the tree on disk: the policy's lines are written first.
+    let gen = run_in(tree.path(), &["gen-makefiles"]);
+    assert_eq!(gen.code, 0, "{}", gen.both());
     let run = run_in(tree.path(), &["explain", "mm/kasan/a.o"]);
     assert!(run.stdout.lines().any(|l| l.trim_start().starts_with("kasan") && l.contains(" off ")), "{}", run.both());
 }
@@ -207,6 +210,9 @@ fn all_switches_are_not_assumed_on() {
 fn explain_says_what_its_answer_rests_on() {
     let policy = "[[unit]]\npath = \"kernel/trace/trace.o\"\nskip = [\"kasan\"]\nwhen = \"ifdef CONFIG_SOMETHING\"\nwhy = \"a reason to cite\"\n";
     let tree = real_with_policy(policy);
+    // explain answers for the tree on disk: the policy's line is written first.
+    let gen = run_in(tree.path(), &["gen-makefiles"]);
+    assert_eq!(gen.code, 0, "{}", gen.both());
     let run = run_in(tree.path(), &["explain", "kernel/trace/trace.o"]);
     let at = run.stdout.find("\n  kasan").unwrap_or_else(|| panic!("{}", run.both()));
     let kasan: Vec<&str> = run.stdout[at + 1..].lines().take(4).collect();
