@@ -398,6 +398,9 @@ const HAND: &str = "KASAN_SANITIZE_plain.o := n\n";
 fn pre_commit_cases() {
     let hook: &[&[&str]] = &[&["pre-commit"]];
     run_cases(vec![
+        // No policy path can name the directory: its line is outside the policy, as import
+        // leaves it. The hook and `--check` pass it (it is no drift); `check` reports it
+        // (`unrepresentable`, tests/verdict.rs `directives_in_directories_no_policy_can_name…`).
         Case::new(
             "a directory name holding a newline",
             |t| {
@@ -407,10 +410,10 @@ fn pre_commit_cases() {
                 fs::write(dir.join("Makefile"), format!("obj-y += plain.o\n{HAND}")).unwrap();
                 git(t.path(), &["add", "-A"]);
             },
-            vec![("unmanaged-directive", "lib/evil\u{240a}dir/Makefile:2:1".into())],
+            vec![],
         )
         .commands(hook)
-        .exit(1),
+        .exit(0),
         Case::new(
             "a kbuild file holding the policy's lines deleted",
             |t| {
