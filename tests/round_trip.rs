@@ -65,6 +65,7 @@ use sanpolicy::mechanism::{Form, MechId, Polarity, MECHANISMS};
 use sanpolicy::policy::expand_variants;
 
 mod kernel_source;
+mod placement_rule;
 
 use kernel_source::{copy_tree, say, scratch_dir, Lease};
 
