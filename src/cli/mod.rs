@@ -139,7 +139,7 @@ enum Command {
     InstallHook(hook::InstallHookArgs),
     /// Derive the recursion-prone set from the kernel's real call graph (builds the tree).
     #[command(
-        after_help = "Examples:\n  sanpolicy derive --build /tmp/kasan-build\n  cargo xtask derive --tree /usr/src/linux --mechanism kcsan --format json"
+        after_help = "Examples:\n  sanpolicy derive --build ~/build/kasan\n  cargo xtask derive --tree /usr/src/linux --mechanism kcsan --format json"
     )]
     Derive(derive::DeriveArgs),
 }

@@ -551,7 +551,7 @@ fn insertion(
     if let Some(i) = index.own_line(file, &key.stem, &key.when) {
         let a = &file.assignments[i];
         let wrap = &key.when[a.when().len()..];
-        let same_reason = wrap.is_empty() && a.comment.as_deref().is_some_and(|c| same_words(c, &unit.why));
+        let same_reason = wrap.is_empty() && a.comment.as_deref().is_some_and(|c| states(c, &unit.why));
         return Some(new.after(text, a, Style::of(text, a), wrap, !same_reason, order));
     }
     // 2. After the best-matching run of the mechanism's per-object lines.
@@ -591,9 +591,11 @@ fn insertion(
     Some(Splice { range: text.len()..text.len(), text: s, order })
 }
 
-/// Two texts that say the same words (blanks and line breaks aside).
-fn same_words(a: &str, b: &str) -> bool {
-    a.split_whitespace().eq(b.split_whitespace())
+/// Whether `comment` already states the reason `why`: `why` begins with its words (blanks and
+/// line breaks aside), as a unit's reason begins with the comment of the lines it was imported from.
+fn states(comment: &str, why: &str) -> bool {
+    let mut said = why.split_whitespace();
+    comment.split_whitespace().all(|w| said.next() == Some(w))
 }
 
 /// One new line to write: its parts and the unit it comes from.

@@ -10,7 +10,7 @@
 //! else above the first `obj-`/`lib-` line and its comment. For each edit the test checks that
 //! the diff only adds lines, in one place, right where the rule puts them, never between two
 //! list lines, with the reason as a comment wrapped at 80 columns directly above (none only when
-//! the line joins its own object's lines under a comment saying the same), that no file but the
+//! the line joins its own object's lines under a comment the reason begins with), that no file but the
 //! directory's kbuild file, the policy and its snapshot changed, and that make sees exactly the
 //! edit: only the edited object (every object, for a directory unit) and mechanism change, the
 //! right way.
@@ -41,6 +41,7 @@ const EDITS: &[Edit] = &[
     ("lib/ubsan.o", "skip", "kcov", None, "The UBSAN runtime runs on reports, not on syscall inputs: its coverage is noise."),
     // Upstream's lockdep fix: the same reason as the line it joins, so no new comment.
     ("kernel/locking/lockdep.o", "skip", "kasan", None, "Avoid recursion lockdep -> sanitizer -> ... -> lockdep."),
+    ("kernel/locking/lockdep.o", "skip", "ubsan", None, "Avoid recursion lockdep -> sanitizer -> ... -> lockdep.\n\nUBSAN's report path takes locks lockdep tracks."),
     ("kernel/kcov.o", "skip", "gcov", None, "If sanitizers detect any issues in kcov, it may lead to recursion\nvia printk, etc."),
     ("lib/string.o", "skip", "kmsan", Some("ifdef CONFIG_AMD_MEM_ENCRYPT"), "Early boot use of cmdline, don't instrument it"),
     // Joining the object's own lines with a reason of its own.
@@ -243,7 +244,9 @@ fn expected_place(text: &str, stem: Option<&str>, mech: &str, when: &[String], w
         .collect();
     if let Some(&k) = own.iter().max_by_key(|&&k| (lines[k].conds.len(), k)) {
         let wrap = wrap_of(&lines[k].conds);
-        let same = wrap.is_empty() && paragraph_comment(&lines, k).is_some_and(|c| collapse(&c) == collapse(why));
+        let same = wrap.is_empty()
+            && paragraph_comment(&lines, k)
+                .is_some_and(|c| format!("{} ", collapse(why)).starts_with(&format!("{} ", collapse(&c))));
         return Place { after: lines[k].last, wrap, comment: !same, step: 1 };
     }
     // 2. Runs of the mechanism's per-object lines.
