@@ -430,20 +430,8 @@ fn verdict<'a>(report: &'a Value, path: &str) -> &'a Value {
 #[test]
 fn a_relative_build_directory_is_the_working_directorys_not_the_trees() {
     let scratch = tempfile::tempdir().unwrap();
-    let tree = scratch.path().join("tree");
-    let scripts = tree.join("scripts");
-    fs::create_dir_all(&scripts).unwrap();
-    for f in ["Makefile.build", "Kbuild.include", "Makefile.lib"] {
-        let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel-rules/linux-6.12/scripts").join(f);
-        fs::copy(from, scripts.join(f)).unwrap();
-    }
-    fs::write(scripts.join("config"), "#!/bin/sh\nexit 0\n").unwrap();
     // `.config` already says KCOV, so derive runs no configurator, only the build target.
-    fs::write(
-        tree.join("Makefile"),
-        "tinyconfig:\n\tprintf 'CONFIG_KCOV=y\\n' > $(O)/.config\nvmlinux:\n\tpwd > $(O)/built-here\n",
-    )
-    .unwrap();
+    let tree = fake_tree(scratch.path(), "pwd > built-here");
     let work = scratch.path().join("work");
     fs::create_dir_all(&work).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_sanpolicy"))

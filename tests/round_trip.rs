@@ -1583,20 +1583,27 @@ fn line_diff(original: &Path, copy: &Path, kbuild: &str) -> (Vec<String>, Vec<St
     (removed, added)
 }
 
+/// The extracted 6.12 tree, and a hard-linked copy of it (in a scratch directory named after
+/// `what`) adopted in place by `import --adopt`.
+fn adopted_copy(what: &str) -> (Lease, tempfile::TempDir, PathBuf) {
+    let lease = Lease::extracted("6.12");
+    let scratch = scratch_dir(what);
+    let copy = scratch.path().join("tree");
+    copy_tree(lease.tree(), &copy);
+    let (code, err) = run(&copy, &["import", "--adopt"]);
+    assert_eq!(code, Some(0), "import --adopt:\n{err}");
+    (lease, scratch, copy)
+}
+
 /// Policy edits on an adopted 6.12 copy give maintainer-sized diffs, and GNU make sees exactly
 /// the edit: adding a unit adds its line next to its group, dropping one removes its line and
 /// the comment that headed only it, skip to force changes one line.
 #[test]
 fn linux_6_12_policy_edits() {
     let label = "6.12 edits";
-    let lease = Lease::extracted("6.12");
+    let (lease, scratch, copy) = adopted_copy("6.12-edits");
     let original = lease.tree();
-    let scratch = scratch_dir("6.12-edits");
-    let copy = scratch.path().join("tree");
     let mut problems = Vec::new();
-    copy_tree(original, &copy);
-    let (code, err) = run(&copy, &["import", "--adopt"]);
-    assert_eq!(code, Some(0), "import --adopt:\n{err}");
     let policy = copy.join(POLICY);
     let (rules, _) = Rules::from_tree(original);
     let scan = sanpolicy::import::scan(original, &rules);

@@ -23,8 +23,8 @@ use std::path::PathBuf;
 use sanpolicy::kbuild::Rules;
 use sanpolicy::mechanism::MechId;
 
-use super::kernel_source::{copy_tree, say, scratch_dir, Lease};
-use super::{files_rewritten, finish, run, write_atomic, Evaluator, POLICY};
+use super::kernel_source::say;
+use super::{adopted_copy, files_rewritten, finish, run, write_atomic, Evaluator, POLICY};
 
 /// One unit added to the policy: (path, `skip`/`force`, mechanism, `when`, reason, why it is a
 /// realistic edit).
@@ -412,14 +412,9 @@ fn when_lines(when: Option<&str>) -> Vec<String> {
 #[test]
 fn linux_6_12_placement_rule() {
     let label = "6.12 placement";
-    let lease = Lease::extracted("6.12");
+    let (lease, scratch, copy) = adopted_copy("6.12-placement");
     let original = lease.tree();
-    let scratch = scratch_dir("6.12-placement");
-    let copy = scratch.path().join("tree");
     let mut problems = Vec::new();
-    copy_tree(original, &copy);
-    let (code, err) = run(&copy, &["import", "--adopt"]);
-    assert_eq!(code, Some(0), "import --adopt:\n{err}");
     let policy = copy.join(POLICY);
     let snapshot_files: Vec<PathBuf> = fs::read_dir(&copy)
         .unwrap()
