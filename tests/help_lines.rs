@@ -293,3 +293,27 @@ fn the_readmes_policy_example_works_when_copied_into_a_tree() {
     let (_, diags) = sanpolicy::policy::load(&t.path().join("sanitizer-policy.toml"));
     assert!(!diags.has_errors(), "{diags:?}");
 }
+
+/// `diff --base` with a revision the repository lacks suggests only revisions it has (no
+/// `origin/master` without a remote), and the first suggestion, followed, works.
+#[test]
+fn diff_base_suggests_revisions_the_repository_has() {
+    let t = tree(MAKEFILE);
+    git(t.path(), &["init", "-q"]);
+    assert_eq!(run_in(t.path(), &["import", "--adopt"]).code, 0);
+    git(t.path(), &["add", "-A"]);
+    git(t.path(), &["commit", "-qm", "adopt"]);
+    fs::write(t.path().join("note"), "x").unwrap();
+    git(t.path(), &["add", "note"]);
+    git(t.path(), &["commit", "-qm", "second"]);
+    let run = run_in(t.path(), &["diff", "--base", "origin/master"]);
+    assert_eq!(run.code, 2, "{}", run.both());
+    let hints = help(&run);
+    let suggested: Vec<String> = hints.iter().flat_map(|h| backticked(h)).collect();
+    assert!(!suggested.is_empty() && suggested.iter().all(|s| !s.contains("origin")), "{hints:?}");
+    for suggestion in &suggested {
+        let args: Vec<&str> = std::iter::once("diff").chain(suggestion.split_whitespace()).collect();
+        let run = run_in(t.path(), &args);
+        assert_eq!(run.code, 0, "{suggestion}: {}", run.both());
+    }
+}

@@ -91,8 +91,12 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
         if !diags.has_errors() && std::fs::symlink_metadata(&policy_path).is_err() {
             let tree_arg = args.tree.as_ref().map(|_| format!(" --tree {}", display(t))).unwrap_or_default();
             diags.push(
-                Diagnostic::error(Code::Io, format!("no policy at `{}`: this tree is not adopted yet", policy_path.display()))
-                    .hint(format!(
+                Diagnostic::error(
+                    Code::Io,
+                    format!("cannot read policy `{}`: there is none, the tree is not adopted yet", policy_path.display()),
+                )
+                .at(diagnostic::Location::file(&policy_path))
+                .hint(format!(
                         "adopt it: `{} import --adopt{tree_arg}` writes the policy from the tree's own lines (no kbuild byte changes); or pass a policy with `--policy FILE`",
                         defaults.program
                     )),

@@ -200,12 +200,41 @@ fn resolve_commit(root: &Path, rev: &str) -> Result<String, Box<Diagnostic>> {
         .map_err(|e| Box::new(Diagnostic::error(Code::Io, format!("cannot run git: {e}"))))?;
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !out.status.success() || id.len() < 40 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let known = known_revisions(root);
+        let hint = if known.is_empty() {
+            "this repository has no commit to compare with yet: commit the policy, then pass `--base` a branch, tag or commit".to_string()
+        } else {
+            let options: Vec<String> = known.iter().map(|r| format!("`--base {r}`")).collect();
+            format!("pass a branch, tag or commit of this repository: {}", options.join(" or "))
+        };
         return Err(Box::new(
-            Diagnostic::error(Code::BadRevision, format!("`{rev}` is not a commit of this repository"))
-                .hint("pass a branch, tag or commit, e.g. `--base origin/master` or `--base HEAD~1`"),
+            Diagnostic::error(Code::BadRevision, format!("`{rev}` is not a commit of this repository")).hint(hint),
         ));
     }
     Ok(id)
+}
+
+/// Revisions this repository has, to suggest: `HEAD~1` when HEAD has a parent, then up to three
+/// branches (local, then remote) and tags. Never one it does not have (no `origin/master`
+/// without a remote).
+fn known_revisions(root: &Path) -> Vec<String> {
+    let git =
+        |args: &[&str]| Command::new("git").arg("-C").arg(root).args(args).output().ok().filter(|o| o.status.success());
+    let mut out = Vec::new();
+    if git(&["rev-parse", "--verify", "--quiet", "HEAD~1^{commit}"]).is_some() {
+        out.push("HEAD~1".to_string());
+    }
+    if let Some(refs) =
+        git(&["for-each-ref", "--count=3", "--format=%(refname:short)", "refs/heads", "refs/remotes", "refs/tags"])
+    {
+        out.extend(
+            String::from_utf8_lossy(&refs.stdout)
+                .lines()
+                .filter(|r| !r.is_empty() && !r.contains(char::is_whitespace) && !r.starts_with('-'))
+                .map(str::to_string),
+        );
+    }
+    out
 }
 
 #[cfg(test)]
