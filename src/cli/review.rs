@@ -54,7 +54,7 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             }
         };
         if let (true, Some(t)) = (e.no_source, tree) {
-            if !inputs.policy.units.iter().any(|u| u.path.text == *object) {
+            if !inputs.policy.units.iter().any(|u| u.path.text == *object) && !named_by_kbuild_file(&e) {
                 let hint = match did_you_mean(t, object) {
                     Some(near) => format!("did you mean `{near}`? name an object whose source is in the tree"),
                     None => "name an object whose source (.c, .S or .rs) is in the tree".to_string(),
@@ -142,7 +142,18 @@ fn object_in_tree(object: &str, tree: Option<&std::path::Path>) -> String {
     }
 }
 
-/// An object nothing names (no source, no unit) is a mistyped name: the closest object whose
+/// Whether the object's kbuild file names it (in a list, a rule or a directive): then it is an
+/// object of the tree even where its source is generated or missing.
+fn named_by_kbuild_file(e: &explain::Explanation) -> bool {
+    let Some(path) = e.kbuild_file.as_deref() else { return false };
+    let Ok(text) = crate::makefile::read_kbuild(path) else { return false };
+    let object = e.object.strip_prefix(&format!("{}/", e.kbuild_dir)).unwrap_or(&e.object);
+    text.split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | '+' | '(' | ')' | ',' | '\\')).any(|w| {
+        w == object || w.strip_suffix(".o").is_some_and(|s| s.ends_with(&format!("_{}", object.trim_end_matches(".o"))))
+    })
+}
+
+/// An object nothing names (no source, no unit, no line of its kbuild file) is a mistyped name: the closest object whose
 /// source is in its directory, if one is close.
 fn did_you_mean(tree: &Path, object: &str) -> Option<String> {
     let (dir, name) = object.rsplit_once('/').unwrap_or(("", object));
