@@ -1583,6 +1583,17 @@ fn line_diff(original: &Path, copy: &Path, kbuild: &str) -> (Vec<String>, Vec<St
     (removed, added)
 }
 
+/// Files besides the policy and its snapshot that an edit rewrote in `copy`: a file restored
+/// by hand after an earlier edit (`restored`, with the inode the restore gave it) has a new
+/// inode too and counts only when it changed again.
+fn rewritten_by_edit(original: &Path, copy: &Path, restored: &BTreeMap<PathBuf, u64>) -> BTreeSet<PathBuf> {
+    files_rewritten(original, copy)
+        .into_iter()
+        .filter(|p| !p.to_string_lossy().starts_with("sanitizer-policy"))
+        .filter(|p| restored.get(p) != fs::metadata(copy.join(p)).ok().map(|m| m.ino()).as_ref())
+        .collect()
+}
+
 /// The extracted 6.12 tree, and a hard-linked copy of it (in a scratch directory named after
 /// `what`) adopted in place by `import --adopt`.
 fn adopted_copy(what: &str) -> (Lease, tempfile::TempDir, PathBuf) {
@@ -1665,12 +1676,7 @@ fn linux_6_12_policy_edits() {
             continue;
         }
         let kbuild = format!("{dir}/Makefile");
-        // Files this edit rewrote: a file restored after an earlier edit has a new inode too.
-        let rewritten: BTreeSet<PathBuf> = files_rewritten(original, &copy)
-            .into_iter()
-            .filter(|p| !p.to_string_lossy().starts_with("sanitizer-policy"))
-            .filter(|p| restored.get(p) != fs::metadata(copy.join(p)).ok().map(|m| m.ino()).as_ref())
-            .collect();
+        let rewritten = rewritten_by_edit(original, &copy, &restored);
         if rewritten != BTreeSet::from([PathBuf::from(&kbuild)]) {
             problems.push(format!("{what}: files changed {rewritten:?}, expected only {kbuild}"));
         }

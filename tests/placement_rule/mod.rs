@@ -24,7 +24,7 @@ use sanpolicy::kbuild::Rules;
 use sanpolicy::mechanism::MechId;
 
 use super::kernel_source::say;
-use super::{adopted_copy, files_rewritten, finish, run, write_atomic, Evaluator, POLICY};
+use super::{adopted_copy, finish, rewritten_by_edit, run, write_atomic, Evaluator, POLICY};
 
 /// One unit added to the policy: (path, `skip`/`force`, mechanism, `when`, reason, why it is a
 /// realistic edit).
@@ -452,11 +452,7 @@ fn linux_6_12_placement_rule() {
                 let diff = similar::TextDiff::from_lines(&before, &after).unified_diff().context_radius(3).to_string();
                 problems.push(format!("{path} {setting} {mech} (step {}): {}\n{diff}", place.step, wrong.join("; ")));
             }
-            let rewritten: BTreeSet<PathBuf> = files_rewritten(original, &copy)
-                .into_iter()
-                .filter(|p| !p.to_string_lossy().starts_with("sanitizer-policy"))
-                .filter(|p| restored.get(p) != fs::metadata(copy.join(p)).ok().map(|m| m.ino()).as_ref())
-                .collect();
+            let rewritten = rewritten_by_edit(original, &copy, &restored);
             if rewritten != BTreeSet::from([PathBuf::from(&kbuild)]) {
                 problems.push(format!("{path}: files changed {rewritten:?}, expected only {kbuild}"));
             }
