@@ -632,6 +632,13 @@ fn derive_refuses_a_build_directory_that_is_not_this_trees_and_touches_nothing()
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("no `.ci` call graphs"), "{err}");
     assert!(kbuild.join("built-here").is_file(), "{err}");
+    // Kbuild's relative form, for a build directory inside the tree: `source -> ..`, `include ../Makefile`.
+    let inside = tree.join("build");
+    fs::create_dir_all(&inside).unwrap();
+    std::os::unix::fs::symlink("..", inside.join("source")).unwrap();
+    fs::write(inside.join("Makefile"), "# Automatically generated\ninclude ../Makefile\n").unwrap();
+    let (code, err) = derive_in(scratch.path(), &[], &["--tree", "tree", "--build", "tree/build"]);
+    assert!(err.contains("no `.ci` call graphs") && inside.join("built-here").is_file(), "{code:?}: {err}");
 }
 
 #[test]

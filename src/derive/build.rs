@@ -85,7 +85,8 @@ fn is_build_of(tree: &Path, build: &Path) -> bool {
     let includes = String::from_utf8_lossy(&bytes).lines().any(|l| {
         l.strip_prefix("include ")
             .and_then(|p| p.trim().strip_suffix("/Makefile"))
-            .is_some_and(|dir| fs::canonicalize(dir).is_ok_and(|d| d == tree))
+            // Kbuild writes `..` when the build directory is a subdirectory of the tree.
+            .is_some_and(|dir| fs::canonicalize(build.join(dir)).is_ok_and(|d| d == tree))
     });
     linked && includes
 }
