@@ -29,6 +29,47 @@ use similar::TextDiff;
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 
+/// Create the directory `base/rel` for this user alone, or check that it already is: each
+/// component of `rel` missing is created with mode 0700; each one there must be a directory
+/// (not a symlink to one), owned by this user, that no one else may enter or write. `base`
+/// (the user's cache directory) is created if missing. What another user could have planted
+/// there (a symlink, a directory they own or can write) is refused, never used.
+pub fn private_dir(base: &Path, rel: &Path) -> io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if !base.is_dir() {
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(base)?;
+    }
+    let me = rustix::process::geteuid().as_raw();
+    let mut path = base.to_path_buf();
+    for part in rel.components() {
+        path.push(part);
+        match fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::DirBuilder::new().mode(0o700).create(&path) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            },
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+        let meta = fs::symlink_metadata(&path)?;
+        let refuse =
+            |why: String| io::Error::new(io::ErrorKind::PermissionDenied, format!("`{}` {why}", path.display()));
+        if !meta.file_type().is_dir() {
+            return Err(refuse(format!(
+                "is {}, not a directory of this user's",
+                crate::input::describe(meta.file_type())
+            )));
+        }
+        if meta.uid() != me {
+            return Err(refuse(format!("belongs to another user (uid {})", meta.uid())));
+        }
+        if meta.permissions().mode() & 0o077 != 0 {
+            return Err(refuse(format!("is open to other users (mode {:o})", meta.permissions().mode() & 0o777)));
+        }
+    }
+    Ok(path)
+}
+
 /// A file's planned new state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {

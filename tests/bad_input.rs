@@ -313,7 +313,13 @@ fn cases() -> Vec<Case> {
         policy_case(
             "metacharacter in `kbuild-dir`",
             "[[unit]]\npath = \"lib/sub/plain.o\"\nkbuild-dir = \"lib;\"\nskip = [\"kasan\"]\nwhy = \"x\"\n",
-            &[("bad-path", "./sanitizer-policy.toml:7:8")],
+            // At `kbuild-dir`, the value at fault, not at `path`.
+            &[("bad-path", "./sanitizer-policy.toml:8:14")],
+        ),
+        policy_case(
+            "`kbuild-dir` on a directory unit",
+            "[[unit]]\npath = \"lib/\"\nkbuild-dir = \"lib/\"\nskip = [\"kasan\"]\nwhy = \"x\"\n",
+            &[("bad-path", "./sanitizer-policy.toml:8:14")],
         ),
         policy_case(
             "make code as a `vars` value",

@@ -112,6 +112,8 @@ fn derive_mechanism(mechanism: &str, tree: &Path, build: &Path, requirements: &P
         "json",
         "--write-requirements",
         requirements.to_str().unwrap(),
+        // A rerun replaces the candidates the first run wrote.
+        "--force",
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "derive --mechanism {mechanism} failed:\n{stderr}");
@@ -428,20 +430,8 @@ fn verdict<'a>(report: &'a Value, path: &str) -> &'a Value {
 #[test]
 fn a_relative_build_directory_is_the_working_directorys_not_the_trees() {
     let scratch = tempfile::tempdir().unwrap();
-    let tree = scratch.path().join("tree");
-    let scripts = tree.join("scripts");
-    fs::create_dir_all(&scripts).unwrap();
-    for f in ["Makefile.build", "Kbuild.include", "Makefile.lib"] {
-        let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel-rules/linux-6.12/scripts").join(f);
-        fs::copy(from, scripts.join(f)).unwrap();
-    }
-    fs::write(scripts.join("config"), "#!/bin/sh\nexit 0\n").unwrap();
     // `.config` already says KCOV, so derive runs no configurator, only the build target.
-    fs::write(
-        tree.join("Makefile"),
-        "tinyconfig:\n\tprintf 'CONFIG_KCOV=y\\n' > $(O)/.config\nvmlinux:\n\tpwd > $(O)/built-here\n",
-    )
-    .unwrap();
+    let tree = fake_tree(scratch.path(), "pwd > built-here");
     let work = scratch.path().join("work");
     fs::create_dir_all(&work).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_sanpolicy"))
@@ -559,4 +549,167 @@ fn kcsan_derivation_on_linux_6_12_finds_lockdep_exempt() {
     assert_eq!(verdict(&report, "kernel/locking/lockdep.o"), "derived");
 
     rerun_compiles_nothing("kcsan", lease.tree(), &build, &candidates, &report);
+}
+
+/// A tree that looks like a kernel to derive: the 6.12 rules files, a `scripts/config` that does
+/// nothing, and a top `Makefile` whose `tinyconfig` writes a `.config` with KCOV and whose
+/// `vmlinux` runs `build` (a shell line) in the build directory.
+fn fake_tree(root: &Path, build: &str) -> PathBuf {
+    let tree = root.join("tree");
+    let scripts = tree.join("scripts");
+    fs::create_dir_all(&scripts).unwrap();
+    for f in ["Makefile.build", "Kbuild.include", "Makefile.lib"] {
+        let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel-rules/linux-6.12/scripts").join(f);
+        fs::copy(from, scripts.join(f)).unwrap();
+    }
+    fs::write(scripts.join("config"), "#!/bin/sh\nexit 0\n").unwrap();
+    fs::write(
+        tree.join("Makefile"),
+        format!("tinyconfig:\n\tprintf 'CONFIG_KCOV=y\\n' > $(O)/.config\nvmlinux:\n\tcd $(O) && {build}\n"),
+    )
+    .unwrap();
+    tree
+}
+
+fn derive_in(cwd: &Path, env: &[(&str, &Path)], args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sanpolicy"));
+    cmd.current_dir(cwd).arg("derive").args(["--mechanism", "kcov"]).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Every file under `dir` with its bytes (symlinks as their targets).
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out: Vec<(PathBuf, Vec<u8>)> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|e| {
+            let bytes = if e.path_is_symlink() {
+                fs::read_link(e.path()).unwrap().into_os_string().into_encoded_bytes()
+            } else if e.file_type().is_file() {
+                fs::read(e.path()).unwrap()
+            } else {
+                Vec::new()
+            };
+            (e.path().to_path_buf(), bytes)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn derive_refuses_a_build_directory_that_is_not_this_trees_and_touches_nothing() {
+    let scratch = tempfile::tempdir().unwrap();
+    let tree = fake_tree(scratch.path(), "touch built-here");
+    // The user's own directory: a Makefile and a file named `source`.
+    let mine = scratch.path().join("mine");
+    fs::create_dir_all(&mine).unwrap();
+    fs::write(mine.join("Makefile"), "all:\n\techo mine\n").unwrap();
+    fs::write(mine.join("source"), "my notes\n").unwrap();
+    let before = snapshot(&mine);
+    let (code, err) = derive_in(scratch.path(), &[], &["--tree", "tree", "--build", "mine"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a Kbuild build directory of"), "{err}");
+    assert_eq!(snapshot(&mine), before, "a refused build directory was changed");
+    // The tree itself as the build directory: refused, and nothing says to remove anything.
+    let tree_before = snapshot(&tree);
+    let (code, err) = derive_in(scratch.path(), &[], &["--tree", "tree", "--build", "tree"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(!err.contains("remove"), "{err}");
+    assert_eq!(snapshot(&tree), tree_before, "the tree was changed");
+    // A Kbuild build directory of this tree (Kbuild's `source` link and including Makefile) is
+    // used: the fake build runs there.
+    let kbuild = scratch.path().join("kbuild");
+    fs::create_dir_all(&kbuild).unwrap();
+    std::os::unix::fs::symlink(&tree, kbuild.join("source")).unwrap();
+    let top = fs::canonicalize(&tree).unwrap().join("Makefile");
+    fs::write(kbuild.join("Makefile"), format!("# Automatically generated\ninclude {}\n", top.display())).unwrap();
+    let (code, err) = derive_in(scratch.path(), &[], &["--tree", "tree", "--build", "kbuild"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no `.ci` call graphs"), "{err}");
+    assert!(kbuild.join("built-here").is_file(), "{err}");
+    // Kbuild's relative form, for a build directory inside the tree: `source -> ..`, `include ../Makefile`.
+    let inside = tree.join("build");
+    fs::create_dir_all(&inside).unwrap();
+    std::os::unix::fs::symlink("..", inside.join("source")).unwrap();
+    fs::write(inside.join("Makefile"), "# Automatically generated\ninclude ../Makefile\n").unwrap();
+    let (code, err) = derive_in(scratch.path(), &[], &["--tree", "tree", "--build", "tree/build"]);
+    assert!(err.contains("no `.ci` call graphs") && inside.join("built-here").is_file(), "{code:?}: {err}");
+}
+
+#[test]
+fn derive_keeps_an_existing_requirements_file_unless_forced() {
+    let scratch = tempfile::tempdir().unwrap();
+    fake_tree(scratch.path(), "touch built-here");
+    let out = scratch.path().join("derived.toml");
+    fs::write(&out, "# reviewed by hand\n").unwrap();
+    let args = ["--tree", "tree", "--build", "b", "--write-requirements", "derived.toml"];
+    let (code, err) = derive_in(scratch.path(), &[], &args);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("already exists") && err.contains("--force"), "{err}");
+    assert_eq!(fs::read_to_string(&out).unwrap(), "# reviewed by hand\n");
+    assert!(!scratch.path().join("b").exists(), "refused before configuring: no build directory");
+    // With --force the run goes on (and fails later, on the fake build's missing call graphs).
+    let (code, err) = derive_in(scratch.path(), &[], &[&args[..], &["--force"]].concat());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no `.ci` call graphs") && scratch.path().join("b/built-here").is_file(), "{err}");
+}
+
+#[test]
+fn the_default_build_directory_is_the_users_own_under_the_cache_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = tempfile::tempdir().unwrap();
+    fake_tree(scratch.path(), "touch built-here");
+    let cache = scratch.path().join("cache");
+    let env = [("XDG_CACHE_HOME", cache.as_path())];
+    let (code, err) = derive_in(scratch.path(), &env, &["--tree", "tree"]);
+    assert!(err.contains("no `.ci` call graphs"), "{err}");
+    assert_eq!(code, Some(2));
+    let ours = cache.join("sanpolicy");
+    let builds: Vec<PathBuf> = fs::read_dir(&ours).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(builds.len(), 1, "{builds:?}");
+    assert!(builds[0].join("built-here").is_file());
+    for dir in [&ours, &builds[0]] {
+        assert_eq!(fs::metadata(dir).unwrap().permissions().mode() & 0o777, 0o700, "{}", dir.display());
+    }
+    // Planted: `sanpolicy` a symlink to a directory someone else prepared. Refused, unused.
+    let planted = scratch.path().join("planted");
+    fs::create_dir_all(planted.join(builds[0].file_name().unwrap())).unwrap();
+    fs::remove_dir_all(&ours).unwrap();
+    std::os::unix::fs::symlink(&planted, &ours).unwrap();
+    let before = snapshot(&planted);
+    let (code, err) = derive_in(scratch.path(), &env, &["--tree", "tree"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("is a symlink") && err.contains("--build DIR"), "{err}");
+    assert_eq!(snapshot(&planted), before);
+    // A directory others may enter or write is refused too.
+    fs::remove_file(&ours).unwrap();
+    fs::create_dir_all(&ours).unwrap();
+    fs::set_permissions(&ours, fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, err) = derive_in(scratch.path(), &env, &["--tree", "tree"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("open to other users"), "{err}");
+    assert_eq!(fs::read_dir(&ours).unwrap().count(), 0);
+}
+
+#[test]
+fn derive_reads_no_fifo_and_follows_no_symlink_out_of_the_build() {
+    let scratch = tempfile::tempdir().unwrap();
+    // The build leaves a FIFO named like a call graph: reading it would hang.
+    fake_tree(scratch.path(), "mkfifo x.ci");
+    let (code, err) = derive_in(scratch.path(), &[], &["--tree", "tree", "--build", "fifo"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("x.ci") && err.contains("a FIFO"), "{err}");
+    // A call graph that is a symlink out of the build directory.
+    let scratch = tempfile::tempdir().unwrap();
+    let outside = scratch.path().join("outside.ci");
+    fs::write(&outside, "graph: { title: \"t.c\"\n}\n").unwrap();
+    fake_tree(scratch.path(), &format!("ln -s {} x.ci", outside.display()));
+    let (code, err) = derive_in(scratch.path(), &[], &["--tree", "tree", "--build", "link"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("x.ci") && err.contains("is a symlink"), "{err}");
 }

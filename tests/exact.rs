@@ -226,8 +226,21 @@ fn explain_says_what_its_answer_rests_on() {
     assert_eq!(kasan["reason"], serde_json::json!(["a reason to cite"]), "{kasan}");
     assert!(kasan["generated_line"].as_str().unwrap().contains("kernel/trace/Makefile:"), "{kasan}");
 
+    // A name nothing in the tree or the policy has is a mistake: exit 2, the nearest name.
     let run = run_in(tree.path(), &["explain", "kernel/trace/no_such_file.o"]);
-    assert!(run.stdout.contains("no source for `kernel/trace/no_such_file.o`"), "{}", run.both());
+    assert_eq!(run.code, 2, "{}", run.both());
+    assert!(run.stderr.contains("no source for `kernel/trace/no_such_file.o`"), "{}", run.both());
+    let run = run_in(tree.path(), &["explain", "kernel/trace/trce.o"]);
+    assert_eq!(run.code, 2, "{}", run.both());
+    assert!(run.stderr.contains("did you mean `kernel/trace/trace.o`?"), "{}", run.both());
+    assert!(run.stdout.is_empty(), "no states for a mistyped name: {}", run.both());
+    // From a subdirectory, `./x` names the tree's `x` when the subdirectory has no such path.
+    let run = run_in(&tree.path().join("kernel/trace"), &["explain", "./arch/x86/kernel/head64.o"]);
+    assert_eq!(run.code, 0, "{}", run.both());
+    assert!(run.stdout.starts_with("arch/x86/kernel/head64.o "), "{}", run.both());
+    // Where the subdirectory has the path, it is the subdirectory's.
+    let run = run_in(&tree.path().join("kernel"), &["explain", "./trace/trace.o"]);
+    assert!(run.stdout.starts_with("kernel/trace/trace.o "), "{}", run.both());
     let run = run_in(tree.path(), &["explain", "kernel/trace/trace.o"]);
     assert!(!run.stdout.contains("no source"), "{}", run.both());
 }

@@ -85,7 +85,7 @@ fn an_unmanaged_cflags_remove_line_is_rewritten_or_acknowledged() {
 }
 
 /// The other way the hand-removed line's help offers: `gen-makefiles --force` writes the line
-/// back, byte for byte, and everything is green.
+/// back (where the placement rule puts it) and everything is green.
 #[test]
 fn a_hand_removed_line_is_written_back_by_gen_makefiles_force() {
     let t = tree(MAKEFILE);
@@ -97,7 +97,10 @@ fn a_hand_removed_line_is_written_back_by_gen_makefiles_force() {
     assert!(hints.iter().any(|h| h.contains("`sanpolicy gen-makefiles --force` to write the line back")), "{hints:?}");
     let write = run_in(t.path(), &["gen-makefiles", "--force"]);
     assert_eq!(write.code, 0, "{}", write.both());
-    assert_eq!(fs::read_to_string(t.path().join("lib/Makefile")).unwrap(), MAKEFILE);
+    // Where the placement rule puts a line in a file with no other directive: above the first
+    // list line, its reason above it.
+    let back = "# A reason.\nKASAN_SANITIZE_a.o := n\n\nobj-y := a.o b.o\n";
+    assert_eq!(fs::read_to_string(t.path().join("lib/Makefile")).unwrap(), back);
     green(t.path());
 }
 
@@ -192,4 +195,125 @@ fn green(p: &Path) {
 /// Every text between a pair of backticks, in order.
 fn backticked(s: &str) -> Vec<String> {
     s.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// Run a command a text gave (`sanpolicy …` or `git …`) word for word in `dir`.
+fn follow(dir: &Path, command: &str) -> std::process::Output {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let program = match words[0] {
+        "sanpolicy" => env!("CARGO_BIN_EXE_sanpolicy"),
+        other => other,
+    };
+    std::process::Command::new(program).args(&words[1..]).current_dir(dir).output().unwrap()
+}
+
+/// `check` where no policy is yet points at adoption; followed from a subdirectory, the command
+/// adopts the tree and `check` then reads the policy.
+#[test]
+fn check_without_a_policy_points_at_import_adopt() {
+    let t = tree(MAKEFILE);
+    let lib = t.path().join("lib");
+    let check = run_in(&lib, &["check"]);
+    assert_eq!(check.code, 2, "{}", check.both());
+    let hints = help(&check);
+    let command = hints.iter().flat_map(|h| backticked(h)).find(|c| c.contains("import --adopt"));
+    let command = command.unwrap_or_else(|| panic!("no import --adopt in {hints:?}"));
+    let out = follow(&lib, &command);
+    assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.path().join("sanitizer-policy.toml").is_file());
+    assert_eq!(fs::read_to_string(lib.join("Makefile")).unwrap(), MAKEFILE, "adoption changed a kbuild byte");
+    assert_eq!(run_in(&lib, &["check"]).code, 0);
+}
+
+/// Import's last line says how to commit both files, and that command works, also in a tree
+/// whose `.gitignore` ignores everything (Debian's kernel source tarballs: `/*`).
+#[test]
+fn imports_commit_command_works_where_git_ignores_the_files() {
+    for ignore in ["", "/*\n"] {
+        let t = tree(MAKEFILE);
+        git(t.path(), &["init", "-q"]);
+        fs::write(t.path().join(".gitignore"), ignore).unwrap();
+        let import = run_in(t.path(), &["import", "--adopt"]);
+        assert_eq!(import.code, 0, "{}", import.both());
+        let next = import.stderr.lines().find(|l| l.starts_with("next:")).unwrap_or_default().to_string();
+        let add = backticked(&next).into_iter().find(|c| c.starts_with("git add"));
+        let add = add.unwrap_or_else(|| panic!("no git add in {next:?}"));
+        assert_eq!(add.starts_with("git add -f"), !ignore.is_empty(), "{next}");
+        let out = follow(t.path(), &add);
+        assert!(out.status.success(), "{add}: {}", String::from_utf8_lossy(&out.stderr));
+        let staged = std::process::Command::new("git")
+            .args(["diff", "--cached", "--name-only"])
+            .current_dir(t.path())
+            .output()
+            .unwrap();
+        let staged = String::from_utf8_lossy(&staged.stdout);
+        assert!(
+            staged.contains("sanitizer-policy.toml") && staged.contains("sanitizer-policy.effective.txt"),
+            "{add} staged {staged:?}"
+        );
+    }
+}
+
+/// `import --help`'s examples do what their comments say: `--adopt` changes no kbuild byte,
+/// `--adopt --layout block` moves the lines into a generated block.
+#[test]
+fn the_import_help_examples_do_what_they_say() {
+    let help_text = run_in(Path::new("."), &["import", "--help"]).stdout;
+    let examples: Vec<(&str, &str)> = help_text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("sanpolicy import --adopt"))
+        .map(|rest| rest.split_once('#').map_or((rest.trim(), ""), |(a, c)| (a.trim(), c.trim())))
+        .collect();
+    assert_eq!(examples.len(), 2, "{help_text}");
+    for (args, says) in examples {
+        let t = tree(MAKEFILE);
+        let out = follow(t.path(), &format!("sanpolicy import --adopt {args}"));
+        assert!(out.status.success(), "{args}: {}", String::from_utf8_lossy(&out.stderr));
+        let after = fs::read_to_string(t.path().join("lib/Makefile")).unwrap();
+        if says.contains("no kbuild byte changes") {
+            assert_eq!(after, MAKEFILE, "{says}");
+        } else {
+            assert!(says.contains("generated blocks"), "{says}");
+            assert!(after.contains("# BEGIN sanpolicy generated block"), "{says}: {after}");
+        }
+    }
+    let top = run_in(Path::new("."), &["--help"]).stdout;
+    let line = top.lines().find(|l| l.trim_start().starts_with("import")).unwrap_or_default();
+    assert!(!line.contains("generated blocks"), "`sanpolicy --help` says adoption writes blocks: {line}");
+}
+
+/// The README's policy example, copied into a tree as its policy, loads without a problem.
+#[test]
+fn the_readmes_policy_example_works_when_copied_into_a_tree() {
+    let readme = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = &readme[readme.find("## The policy file").expect("the section")..];
+    let example = section.split("```toml\n").nth(1).and_then(|s| s.split("```").next()).expect("a toml block");
+    let t = tree("obj-y := a.o b.o\n");
+    fs::write(t.path().join("sanitizer-policy.toml"), example).unwrap();
+    let (_, diags) = sanpolicy::policy::load(&t.path().join("sanitizer-policy.toml"));
+    assert!(!diags.has_errors(), "{diags:?}");
+}
+
+/// `diff --base` with a revision the repository lacks suggests only revisions it has (no
+/// `origin/master` without a remote), and the first suggestion, followed, works.
+#[test]
+fn diff_base_suggests_revisions_the_repository_has() {
+    let t = tree(MAKEFILE);
+    git(t.path(), &["init", "-q"]);
+    assert_eq!(run_in(t.path(), &["import", "--adopt"]).code, 0);
+    git(t.path(), &["add", "-A"]);
+    git(t.path(), &["commit", "-qm", "adopt"]);
+    fs::write(t.path().join("note"), "x").unwrap();
+    git(t.path(), &["add", "note"]);
+    git(t.path(), &["commit", "-qm", "second"]);
+    let run = run_in(t.path(), &["diff", "--base", "origin/master"]);
+    assert_eq!(run.code, 2, "{}", run.both());
+    let hints = help(&run);
+    let suggested: Vec<String> = hints.iter().flat_map(|h| backticked(h)).collect();
+    assert!(!suggested.is_empty() && suggested.iter().all(|s| !s.contains("origin")), "{hints:?}");
+    for suggestion in &suggested {
+        let args: Vec<&str> = std::iter::once("diff").chain(suggestion.split_whitespace()).collect();
+        let run = run_in(t.path(), &args);
+        assert_eq!(run.code, 0, "{suggestion}: {}", run.both());
+    }
 }

@@ -65,6 +65,7 @@ use sanpolicy::mechanism::{Form, MechId, Polarity, MECHANISMS};
 use sanpolicy::policy::expand_variants;
 
 mod kernel_source;
+mod placement_rule;
 
 use kernel_source::{copy_tree, say, scratch_dir, Lease};
 
@@ -1637,20 +1638,38 @@ fn line_diff(original: &Path, copy: &Path, kbuild: &str) -> (Vec<String>, Vec<St
     (removed, added)
 }
 
+/// Files besides the policy and its snapshot that an edit rewrote in `copy`: a file restored
+/// by hand after an earlier edit (`restored`, with the inode the restore gave it) has a new
+/// inode too and counts only when it changed again.
+fn rewritten_by_edit(original: &Path, copy: &Path, restored: &BTreeMap<PathBuf, u64>) -> BTreeSet<PathBuf> {
+    files_rewritten(original, copy)
+        .into_iter()
+        .filter(|p| !p.to_string_lossy().starts_with("sanitizer-policy"))
+        .filter(|p| restored.get(p) != fs::metadata(copy.join(p)).ok().map(|m| m.ino()).as_ref())
+        .collect()
+}
+
+/// The extracted 6.12 tree, and a hard-linked copy of it (in a scratch directory named after
+/// `what`) adopted in place by `import --adopt`.
+fn adopted_copy(what: &str) -> (Lease, tempfile::TempDir, PathBuf) {
+    let lease = Lease::extracted("6.12");
+    let scratch = scratch_dir(what);
+    let copy = scratch.path().join("tree");
+    copy_tree(lease.tree(), &copy);
+    let (code, err) = run(&copy, &["import", "--adopt"]);
+    assert_eq!(code, Some(0), "import --adopt:\n{err}");
+    (lease, scratch, copy)
+}
+
 /// Policy edits on an adopted 6.12 copy give maintainer-sized diffs, and GNU make sees exactly
 /// the edit: adding a unit adds its line next to its group, dropping one removes its line and
 /// the comment that headed only it, skip to force changes one line.
 #[test]
 fn linux_6_12_policy_edits() {
     let label = "6.12 edits";
-    let lease = Lease::extracted("6.12");
+    let (lease, scratch, copy) = adopted_copy("6.12-edits");
     let original = lease.tree();
-    let scratch = scratch_dir("6.12-edits");
-    let copy = scratch.path().join("tree");
     let mut problems = Vec::new();
-    copy_tree(original, &copy);
-    let (code, err) = run(&copy, &["import", "--adopt"]);
-    assert_eq!(code, Some(0), "import --adopt:\n{err}");
     let policy = copy.join(POLICY);
     let (rules, _) = Rules::from_tree(original);
     let scan = sanpolicy::import::scan(original, &rules);
@@ -1712,12 +1731,7 @@ fn linux_6_12_policy_edits() {
             continue;
         }
         let kbuild = format!("{dir}/Makefile");
-        // Files this edit rewrote: a file restored after an earlier edit has a new inode too.
-        let rewritten: BTreeSet<PathBuf> = files_rewritten(original, &copy)
-            .into_iter()
-            .filter(|p| !p.to_string_lossy().starts_with("sanitizer-policy"))
-            .filter(|p| restored.get(p) != fs::metadata(copy.join(p)).ok().map(|m| m.ino()).as_ref())
-            .collect();
+        let rewritten = rewritten_by_edit(original, &copy, &restored);
         if rewritten != BTreeSet::from([PathBuf::from(&kbuild)]) {
             problems.push(format!("{what}: files changed {rewritten:?}, expected only {kbuild}"));
         }

@@ -87,6 +87,22 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
     // Diagnostics name the policy as the user would type it: relative to the current directory.
     let policy_path = PathBuf::from(display(&policy_path));
     diags.0.extend(policy_problem(&policy_path));
+    if let (None, Some(t)) = (&args.policy, &tree) {
+        if !diags.has_errors() && std::fs::symlink_metadata(&policy_path).is_err() {
+            let tree_arg = args.tree.as_ref().map(|_| format!(" --tree {}", display(t))).unwrap_or_default();
+            diags.push(
+                Diagnostic::error(
+                    Code::Io,
+                    format!("cannot read policy `{}`: there is none, the tree is not adopted yet", policy_path.display()),
+                )
+                .at(diagnostic::Location::file(&policy_path))
+                .hint(format!(
+                        "adopt it: `{} import --adopt{tree_arg}` writes the policy from the tree's own lines (no kbuild byte changes); or pass a policy with `--policy FILE`",
+                        defaults.program
+                    )),
+            );
+        }
+    }
     if diags.has_errors() {
         ui.report(&diags);
         return Err(EXIT_BAD_INPUT);

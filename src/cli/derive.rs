@@ -25,8 +25,8 @@ pub struct DeriveArgs {
     /// Kernel source tree (default: `.` for sanpolicy; required for xtask).
     #[arg(long, value_name = "DIR")]
     pub tree: Option<PathBuf>,
-    /// Out-of-tree build directory, created if missing and reused after (default: one per tree
-    /// and mechanism under the system's temporary directory).
+    /// Out-of-tree build directory: new, empty, or a Kbuild build directory of this tree
+    /// (default: one per tree and mechanism under the user's cache directory, made 0700).
     #[arg(long, value_name = "DIR")]
     pub build: Option<PathBuf>,
     /// The sanitizer whose runtime is walked: kasan, kcsan, kcov or ubsan (one build each).
@@ -34,9 +34,13 @@ pub struct DeriveArgs {
     pub mechanism: String,
     #[arg(long, value_enum, default_value = "markdown")]
     pub format: Format,
-    /// Write `[[require]]` candidates (the witness chain as `why`) to FILE for review.
+    /// Write `[[require]]` candidates (the witness chain as `why`) to FILE for review; an
+    /// existing FILE is kept unless `--force` is given.
     #[arg(long, value_name = "FILE")]
     pub write_requirements: Option<PathBuf>,
+    /// Overwrite an existing `--write-requirements` FILE.
+    #[arg(long)]
+    pub force: bool,
     /// Check this policy's requirements instead of the shipped `recursion-prone.toml`.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
@@ -102,8 +106,37 @@ pub fn run(args: &DeriveArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                     .hint("pass a file name: `--write-requirements derived.toml`"),
             );
         }
+        if !args.force && std::fs::symlink_metadata(out).is_ok() {
+            return bad(
+                ui,
+                Diagnostic::error(
+                    Code::Io,
+                    format!("`{}` already exists; derive does not overwrite it", out.display()),
+                )
+                .at(Location::file(out))
+                .hint(format!(
+                    "pass another file with `--write-requirements FILE`, or add `--force` to replace `{}`",
+                    out.display()
+                )),
+            );
+        }
     }
-    let build_dir = args.build.clone().unwrap_or_else(|| default_build(&tree, &args.mechanism));
+    let build_dir = match &args.build {
+        Some(dir) => dir.clone(),
+        None => match default_build(&tree, &args.mechanism) {
+            Ok(dir) => dir,
+            Err(e) => {
+                return bad(
+                    ui,
+                    Diagnostic::error(Code::Io, format!("no private build directory: {e}"))
+                        .hint("pass a build directory of your own with `--build DIR`"),
+                )
+            }
+        },
+    };
+    if let Err(f) = build::check_build_dir(&tree, &build_dir) {
+        return bad(ui, Diagnostic::error(Code::Io, f.message).hint(f.hint));
+    }
     let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     eprintln!(
         "derive {}: building `{}` in `{}` (make's output: {})",
@@ -162,10 +195,17 @@ fn requirements(policy: Option<&Path>, ui: &mut Ui) -> Result<Vec<policy::Requir
     Ok(loaded.requirements)
 }
 
-/// One build directory per tree and mechanism, reused by later runs.
-fn default_build(tree: &Path, mechanism: &str) -> PathBuf {
+/// One build directory per tree and mechanism, reused by later runs: under the user's cache
+/// directory (`$XDG_CACHE_HOME`, else `~/.cache`), `sanpolicy/derive-<mechanism>-<hash>`, made
+/// 0700 and checked to be this user's own real directories (never a fixed name in a directory
+/// other users can write, where one of them could plant a build).
+fn default_build(tree: &Path, mechanism: &str) -> std::io::Result<PathBuf> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::fs::canonicalize(tree).unwrap_or_else(|_| tree.to_path_buf()).hash(&mut h);
-    std::env::temp_dir().join(format!("sanpolicy-derive-{mechanism}-{:016x}", h.finish()))
+    let cache = dirs::cache_dir().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::NotFound, "no cache directory (neither XDG_CACHE_HOME nor HOME is set)")
+    })?;
+    let rel = Path::new("sanpolicy").join(format!("derive-{mechanism}-{:016x}", h.finish()));
+    crate::output::private_dir(&cache, &rel)
 }

@@ -1,4 +1,5 @@
-//! `import`: a kernel tree's directives into a policy, and with `--adopt` into generated blocks.
+//! `import`: a kernel tree's directives into a policy; with `--adopt` the policy owns them, in
+//! the layout chosen (in place: no kbuild byte changes; block; central).
 
 use std::path::PathBuf;
 
@@ -123,9 +124,26 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     if !to_stdout {
         let program = &defaults.program;
         eprintln!("wrote {} and {}", display(&out), display(&effective::snapshot_path(&out)));
-        eprintln!("next: `{program} check` lists what the tree breaks (recursion-prone units, stale directives); acknowledge what you keep on purpose with `[[acknowledge]]`, fix the rest; replace the `TODO(sanpolicy import)` reasons; commit both files");
+        let files = [display(&out), display(&effective::snapshot_path(&out))];
+        let add = if git_ignores(&files) { "git add -f" } else { "git add" };
+        let how = if add == "git add -f" { " (git ignores them here: `-f` adds them anyway)" } else { "" };
+        eprintln!("next: `{program} check` lists what the tree breaks (recursion-prone units, stale directives); acknowledge what you keep on purpose with `[[acknowledge]]`, fix the rest; replace the `TODO(sanpolicy import)` reasons; commit both files: `{add} {} {}`{how}", files[0], files[1]);
     }
     EXIT_OK
+}
+
+/// Whether git, run here, ignores any of `files` (Debian's kernel source tarballs ship a
+/// `.gitignore` of `/*`). Not in a repository, or without git: no.
+fn git_ignores(files: &[String]) -> bool {
+    // `-q` takes one path only: ask for each.
+    files.iter().any(|file| {
+        std::process::Command::new("git")
+            .args(["check-ignore", "-q", "--", file])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
 }
 
 /// What adopting the imported policy changes in the tree: no kbuild file in the in-place and

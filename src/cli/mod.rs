@@ -98,10 +98,10 @@ enum Command {
         after_help = "Examples:\n  sanpolicy check\n  sanpolicy check --strict                # placeholder reasons are errors\n  cargo xtask check --tree /usr/src/linux"
     )]
     Check(check::CheckArgs),
-    /// Import a kernel tree's existing directives into a policy (and with --adopt, rewrite the
-    /// Makefiles to hold generated blocks instead).
+    /// Import a kernel tree's existing directives into a policy (with --adopt, the policy then
+    /// owns them where they are: no kbuild byte changes in the default in-place layout).
     #[command(
-        after_help = "Examples:\n  sanpolicy import                        # writes ./sanitizer-policy.toml\n  sanpolicy import --adopt                # and moves the directives into generated blocks\n  cargo xtask import --tree /usr/src/linux --out -"
+        after_help = "Examples:\n  sanpolicy import                        # writes ./sanitizer-policy.toml\n  sanpolicy import --adopt                # and owns the lines where they are (no kbuild byte changes)\n  sanpolicy import --adopt --layout block # moves the lines into generated blocks instead\n  cargo xtask import --tree /usr/src/linux --out -"
     )]
     Import(import::ImportArgs),
     /// Take the tree's directives back into the policy after a merge or a hand edit (changes no
@@ -136,7 +136,7 @@ enum Command {
     InstallHook(hook::InstallHookArgs),
     /// Derive the recursion-prone set from the kernel's real call graph (builds the tree).
     #[command(
-        after_help = "Examples:\n  sanpolicy derive --build /tmp/kasan-build\n  cargo xtask derive --tree /usr/src/linux --mechanism kcsan --format json"
+        after_help = "Examples:\n  sanpolicy derive --build ~/build/kasan\n  cargo xtask derive --tree /usr/src/linux --mechanism kcsan --format json"
     )]
     Derive(derive::DeriveArgs),
 }

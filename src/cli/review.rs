@@ -1,6 +1,6 @@
 //! `explain`, `report` and `diff`: reading the policy's effect, for people and for scripts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
@@ -53,6 +53,20 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                 return EXIT_BAD_INPUT;
             }
         };
+        if let (true, Some(t)) = (e.no_source, tree) {
+            if !inputs.policy.units.iter().any(|u| u.path.text == *object) && !named_by_kbuild_file(&e) {
+                let hint = match did_you_mean(t, object) {
+                    Some(near) => format!("did you mean `{near}`? name an object whose source is in the tree"),
+                    None => "name an object whose source (.c, .S or .rs) is in the tree".to_string(),
+                };
+                ui.report(&Diagnostics(vec![Diagnostic::error(
+                    Code::BadPath,
+                    format!("no source for `{object}` in the tree, and no unit names it"),
+                )
+                .hint(hint)]));
+                return EXIT_BAD_INPUT;
+            }
+        }
         let outside = outside_lines(&e, tree);
         match args.format {
             Format::Json => {
@@ -109,10 +123,52 @@ fn object_in_tree(object: &str, tree: Option<&std::path::Path>) -> String {
         let root = t.canonicalize().ok()?;
         cwd.strip_prefix(&root).ok().map(|p| p.to_string_lossy().into_owned()).filter(|p| !p.is_empty())
     });
+    // Relative to the current directory when that names a directory of the tree; else (`./mm/slub.o`
+    // typed in `kernel/locking`) relative to the tree's top, where that does.
+    let dir_exists = |path: &str| {
+        let parent = Path::new(path).parent().unwrap_or(Path::new(""));
+        tree.is_some_and(|t| t.join(parent).is_dir())
+    };
     match here {
-        Some(sub) if !o.starts_with(&format!("{sub}/")) => format!("{sub}/{o}"),
+        Some(sub) if !o.starts_with(&format!("{sub}/")) => {
+            let joined = format!("{sub}/{o}");
+            if !dir_exists(&joined) && dir_exists(&o) {
+                o
+            } else {
+                joined
+            }
+        }
         _ => o,
     }
+}
+
+/// Whether the object's kbuild file names it (in a list, a rule or a directive): then it is an
+/// object of the tree even where its source is generated or missing.
+fn named_by_kbuild_file(e: &explain::Explanation) -> bool {
+    let Some(path) = e.kbuild_file.as_deref() else { return false };
+    let Ok(text) = crate::makefile::read_kbuild(path) else { return false };
+    let object = e.object.strip_prefix(&format!("{}/", e.kbuild_dir)).unwrap_or(&e.object);
+    text.split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | '+' | '(' | ')' | ',' | '\\')).any(|w| {
+        w == object || w.strip_suffix(".o").is_some_and(|s| s.ends_with(&format!("_{}", object.trim_end_matches(".o"))))
+    })
+}
+
+/// An object nothing names (no source, no unit, no line of its kbuild file) is a mistyped name: the closest object whose
+/// source is in its directory, if one is close.
+fn did_you_mean(tree: &Path, object: &str) -> Option<String> {
+    let (dir, name) = object.rsplit_once('/').unwrap_or(("", object));
+    let stem = name.strip_suffix(".o")?;
+    let entries = std::fs::read_dir(tree.join(dir)).ok()?;
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let file = e.file_name().into_string().ok()?;
+            let (s, ext) = file.rsplit_once('.')?;
+            matches!(ext, "c" | "S" | "rs").then(|| (strsim::jaro_winkler(stem, s), s.to_string()))
+        })
+        .filter(|(score, _)| *score >= 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, s)| if dir.is_empty() { format!("{s}.o") } else { format!("{dir}/{s}.o") })
 }
 
 #[derive(Debug, Args)]

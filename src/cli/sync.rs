@@ -62,10 +62,35 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         eprintln!("error: the synced policy does not validate (a sanpolicy bug); nothing was written");
         return EXIT_BAD_INPUT;
     }
-    for (what, list) in [("added", &synced.added), ("removed", &synced.removed), ("changed", &synced.changed)] {
+    for (what, list) in [
+        ("added", &synced.added),
+        ("removed", &synced.removed),
+        ("changed", &synced.changed),
+        ("renamed", &synced.renamed),
+    ] {
         for item in list {
             eprintln!("{what}: {item}");
         }
+    }
+    let name = |s: crate::policy::Setting| if s == crate::policy::Setting::Skip { "skip" } else { "force" };
+    for f in &synced.flipped {
+        // Where the unit is in the policy as written now (units added above it move it).
+        let at = policy
+            .units
+            .iter()
+            .find(|u| u.path.text == f.unit && u.settings.get(&f.mechanism) == Some(&f.to))
+            .map_or(f.at.clone(), |u| u.location.to_string());
+        let reason = f.old_reason.lines().next().unwrap_or_default();
+        let more = if f.old_reason.lines().nth(1).is_some() { " …" } else { "" };
+        eprintln!(
+            "flipped: {} {} {} -> {} at {}: its reason was written for {}: \"{reason}{more}\"; rewrite it where it now says the opposite",
+            f.unit,
+            f.mechanism,
+            name(f.from),
+            name(f.to),
+            at,
+            name(f.from)
+        );
     }
     let mut changes = vec![Change {
         path: inputs.policy_path.clone(),
@@ -104,11 +129,13 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         eprintln!("{}: in sync with the tree, nothing to take back", display(&synced_inputs.policy_path));
     } else {
         eprintln!(
-            "{}: {} added, {} removed, {} changed; review the policy diff (reasons come from the tree's comments), then commit",
+            "{}: {} added, {} removed, {} changed ({} flipped), {} renamed; review the policy diff (reasons come from the tree's comments; a flipped unit keeps the reason of its old value), then commit",
             display(&synced_inputs.policy_path),
             synced.added.len(),
             synced.removed.len(),
-            synced.changed.len()
+            synced.changed.len(),
+            synced.flipped.len(),
+            synced.renamed.len()
         );
     }
     if !synced.pending.is_empty() {

@@ -47,6 +47,50 @@ pub struct Failure {
     pub hint: String,
 }
 
+/// Whether `build` may be used as the build directory of `tree`: it does not exist yet, is
+/// empty (or holds only derive's log), or is a Kbuild build directory of this tree (Kbuild's
+/// `outputmakefile` writes a `source` symlink to the tree and a `Makefile` that includes the
+/// tree's). Anything else (the user's own files, the source tree itself, another tree's build)
+/// is refused before anything is configured or written there.
+pub fn check_build_dir(tree: &Path, build: &Path) -> Result<(), Failure> {
+    let refuse = |what: String| Failure {
+        message: format!("`{}` {what}", build.display()),
+        hint: "pass a new or empty directory, or a build directory of this tree, with `--build DIR`".into(),
+    };
+    let entries = match fs::read_dir(build) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(refuse(format!("cannot be listed: {e}"))),
+    };
+    let names: Vec<std::ffi::OsString> = entries.filter_map(Result::ok).map(|e| e.file_name()).collect();
+    if names.iter().all(|n| n == LOG) {
+        return Ok(());
+    }
+    if is_build_of(tree, build) {
+        return Ok(());
+    }
+    Err(refuse(format!(
+        "is not empty and not a Kbuild build directory of `{}` (no `source` link to it and `Makefile` including it)",
+        tree.display()
+    )))
+}
+
+/// Kbuild's marks of a build directory of `tree`: `source` links to the tree, and `Makefile`
+/// includes the tree's `Makefile`.
+fn is_build_of(tree: &Path, build: &Path) -> bool {
+    let Ok(tree) = fs::canonicalize(tree) else { return false };
+    let linked = fs::symlink_metadata(build.join("source")).is_ok_and(|m| m.file_type().is_symlink())
+        && fs::canonicalize(build.join("source")).is_ok_and(|t| t == tree);
+    let Ok(bytes) = crate::input::read(&build.join("Makefile"), crate::input::KBUILD_LIMIT) else { return false };
+    let includes = String::from_utf8_lossy(&bytes).lines().any(|l| {
+        l.strip_prefix("include ")
+            .and_then(|p| p.trim().strip_suffix("/Makefile"))
+            // Kbuild writes `..` when the build directory is a subdirectory of the tree.
+            .is_some_and(|dir| fs::canonicalize(build.join(dir)).is_ok_and(|d| d == tree))
+    });
+    linked && includes
+}
+
 /// Configure (when needed) and build `tree` in `build` for `runtime`.
 pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Result<Built, Failure> {
     // make runs with `-C tree`, so a relative `O=` would name a directory inside the tree.
@@ -66,7 +110,7 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
     if !config.is_file() {
         make(tree, build, &["tinyconfig"], &mut output, &log)?;
     }
-    if !configured(&fs::read_to_string(&config).unwrap_or_default(), runtime) {
+    if !configured(&crate::input::read_to_string(&config, crate::input::KBUILD_LIMIT).unwrap_or_default(), runtime) {
         let mut args: Vec<String> = vec!["--file".into(), config.display().to_string()];
         for (flag, symbols) in [("-e", &runtime.config.enable), ("-d", &runtime.config.disable)] {
             for s in symbols {
@@ -75,15 +119,15 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
         }
         run(Command::new(tree.join("scripts/config")).args(&args), "scripts/config", &mut output, &log)?;
         make(tree, build, &["olddefconfig"], &mut output, &log)?;
-        let text = fs::read_to_string(&config).unwrap_or_default();
+        let text = crate::input::read_to_string(&config, crate::input::KBUILD_LIMIT).unwrap_or_default();
         if let Some(missing) = runtime.config.require.iter().find(|s| !is_set(&text, s)) {
             return Err(Failure {
                 message: format!("CONFIG_{missing} is not `y` in `{}` after olddefconfig", config.display()),
                 hint: format!(
-                    "a dependency of CONFIG_{missing} is off in this tree: remove `{}` to start again from tinyconfig, or set it with `make -C {} O={} menuconfig`",
-                    build.display(),
+                    "a dependency of CONFIG_{missing} is off in this tree: set it with `make -C {} O={} menuconfig`, or remove `{}` to start again from tinyconfig",
                     tree.display(),
-                    build.display()
+                    build.display(),
+                    config.display()
                 ),
             });
         }
@@ -102,7 +146,7 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
 /// `.` where the tree's top Makefile has the descent's `$(build-dir): prepare` rule (that rule
 /// is what make runs; its presence is only how the target is chosen), `vmlinux` otherwise.
 fn target(tree: &Path) -> &'static str {
-    let top = fs::read_to_string(tree.join("Makefile")).unwrap_or_default();
+    let top = crate::input::read_to_string(&tree.join("Makefile"), crate::input::KBUILD_LIMIT).unwrap_or_default();
     if top.lines().any(|l| l.starts_with("$(build-dir): prepare")) {
         TARGET
     } else {

@@ -219,17 +219,19 @@ pub fn analyse(
 /// `vmlinux.a` is archived from), so code built for the boot loader, the vDSO or the real-mode
 /// trampoline does not join the kernel's graph (it defines its own `memcpy`). `None` when the
 /// build has no top `built-in.a` (then every `.ci` counts).
-fn linked_objects(build: &Path) -> Option<std::collections::HashSet<String>> {
-    let top = std::fs::read(build.join("built-in.a")).ok()?;
+fn linked_objects(build: &Path) -> Result<Option<std::collections::HashSet<String>>, Failure> {
+    let Some(top) = read_built(&build.join("built-in.a"))? else { return Ok(None) };
     // Thin archives name members relative to the archive's own directory.
     let mut archives = vec![(String::new(), top)];
     let mut libs = vec!["lib/".to_string()];
     if let Ok(arches) = std::fs::read_dir(build.join("arch")) {
         libs.extend(arches.flatten().filter_map(|e| Some(format!("arch/{}/lib/", e.file_name().to_str()?))));
     }
-    archives.extend(
-        libs.into_iter().filter_map(|dir| Some((dir.clone(), std::fs::read(build.join(dir).join("lib.a")).ok()?))),
-    );
+    for dir in libs {
+        if let Some(bytes) = read_built(&build.join(&dir).join("lib.a"))? {
+            archives.push((dir, bytes));
+        }
+    }
     let mut out = std::collections::HashSet::new();
     for (dir, bytes) in archives {
         let Ok(archive) = object::read::archive::ArchiveFile::parse(bytes.as_slice()) else { continue };
@@ -239,18 +241,39 @@ fn linked_objects(build: &Path) -> Option<std::collections::HashSet<String>> {
             }
         }
     }
-    Some(out)
+    Ok(Some(out))
+}
+
+/// The bytes of a file the build wrote (`None` when it is not there), through the bounded
+/// reader: a FIFO, a device or a symlink is refused, not followed (Kbuild writes none of them
+/// among objects, call graphs and archives; one there was put by someone else).
+fn read_built(path: &Path) -> Result<Option<Vec<u8>>, Failure> {
+    let refuse = |what: String| Failure {
+        message: format!("`{}` {what}", path.display()),
+        hint: format!("derive reads only what the build wrote: remove `{}` and run derive again", path.display()),
+    };
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(refuse(format!("cannot be read: {e}"))),
+        Ok(m) if m.file_type().is_symlink() => {
+            let target = std::fs::read_link(path).map(|t| t.display().to_string()).unwrap_or_default();
+            return Err(refuse(format!("is a symlink (to `{target}`), not a file the build wrote")));
+        }
+        Ok(_) => {}
+    }
+    crate::input::read(path, crate::input::BUILD_LIMIT).map(Some).map_err(|e| refuse(e.to_string()))
 }
 
 /// Every `.ci` file under `build` of an object linked into vmlinux, with its object path
 /// relative to the build directory, sorted by path so a run's output does not depend on the
 /// order the file system lists directories in.
 fn load_units(tree: &Path, build: &Path) -> Result<Vec<(String, callgraph::Unit)>, Failure> {
-    let linked = linked_objects(build);
+    let linked = linked_objects(build)?;
     let mut paths: Vec<(String, PathBuf)> = walkdir::WalkDir::new(build)
         .into_iter()
         .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file() && e.path().extension().is_some_and(|x| x == "ci"))
+        // Not only regular files: a FIFO or a symlink named `.ci` is refused when read.
+        .filter(|e| !e.file_type().is_dir() && e.path().extension().is_some_and(|x| x == "ci"))
         .filter_map(|e| {
             let rel = e.path().strip_prefix(build).ok()?.with_extension("o");
             let object = rel.to_str()?.to_string();
@@ -271,9 +294,13 @@ fn load_units(tree: &Path, build: &Path) -> Result<Vec<(String, callgraph::Unit)
         });
     }
     parallel(&paths, |(object, path)| {
-        let text = std::fs::read_to_string(path).map_err(|e| Failure {
-            message: format!("cannot read `{}`: {e}", path.display()),
-            hint: "check the build directory's permissions".into(),
+        let bytes = read_built(path)?.ok_or_else(|| Failure {
+            message: format!("`{}` went away while derive read the build", path.display()),
+            hint: "run derive again when no other build runs in that directory".into(),
+        })?;
+        let text = String::from_utf8(bytes).map_err(|_| Failure {
+            message: format!("`{}` is not UTF-8: not a gcc call graph", path.display()),
+            hint: format!("remove `{}` and run derive again so gcc writes it again", path.display()),
         })?;
         let unit = callgraph::parse(&text).map_err(|(line, m)| Failure {
             message: format!("{}:{line}: not a gcc call graph: {m}", path.display()),
@@ -291,8 +318,8 @@ fn load_units(tree: &Path, build: &Path) -> Result<Vec<(String, callgraph::Unit)
 fn read_objects(build: &Path, objects: &[String], runtime: &Runtime) -> Result<Vec<elf::Sites>, Failure> {
     parallel(objects, |object| {
         let path = build.join(object);
-        let bytes = std::fs::read(&path).map_err(|e| Failure {
-            message: format!("cannot read `{}`: {e}", path.display()),
+        let bytes = read_built(&path)?.ok_or_else(|| Failure {
+            message: format!("`{}` is missing", path.display()),
             hint: "the object's `.ci` is there but the object is not: run derive again to rebuild".into(),
         })?;
         elf::count(&bytes, &|s| runtime.is_hook(s)).map_err(|e| Failure {

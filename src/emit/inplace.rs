@@ -2,8 +2,8 @@
 //! the tree keeps it. Reconciling a file with the policy's units changes only what differs:
 //! a line that already says what a unit says is left byte for byte; a changed value is edited in
 //! place; a line no unit wants is removed with a comment that headed only it (and a conditional
-//! left empty); a new unit becomes one line placed with the lines it belongs to, in the style of
-//! its neighbours.
+//! left empty); a new unit becomes one line placed by the rule of the README ("Where a new line
+//! goes", [`insertion`]), in the style of its neighbours, its reason as a comment above.
 //!
 //! Lines are matched by what they mean, not by their text: mechanism, object (as Kbuild names
 //! it) and the conditions they are active under (an `else` branch is the negated test).
@@ -137,7 +137,7 @@ pub fn reconcile(text: &str, file: &KbuildFile, units: &[&Unit], rules: &Rules) 
         edits.push(Edit::Removed { line: a.line, text: line_text(text, a) });
     }
     let gone: HashSet<usize> = removed.iter().copied().collect();
-    let index = Index::new(file, rules, &gone);
+    let index = Index::new(text, file, rules, &gone);
     let lines = LineStarts::new(text);
     splices.extend(removals(text, file, &index, &lines, &removed, &gone));
     for (order, (key, u, id)) in inserts.into_iter().enumerate() {
@@ -362,66 +362,178 @@ fn changed_line(text: &str, a: &Assignment, unit: &Unit, id: MechId, rules: &Rul
 /// What placing new lines asks of the old file, computed once per file so that reconciling
 /// a file with many units stays linear (each question was a scan of the file per new line).
 struct Index {
-    /// The last surviving modelled line per (object stem, conditions).
-    by_object: HashMap<(Option<String>, Vec<String>), usize>,
-    /// The last surviving modelled line per (mechanism, conditions, per-object or not).
-    by_mech: HashMap<(MechId, Vec<String>, bool), usize>,
-    /// The mechanism of each directive line, by assignment index.
-    mech_of: HashMap<usize, MechId>,
-    /// The list lines (`obj-y`, `lib-y`, `foo-objs`, …) naming each object, in file order.
-    listed: HashMap<String, Vec<usize>>,
+    /// The surviving modelled lines of each object stem (`None`: the directory's own lines), in
+    /// file order.
+    own: HashMap<Option<String>, Vec<usize>>,
+    /// The runs of each mechanism's per-object lines, in file order.
+    runs: HashMap<MechId, Vec<Run>>,
     /// Every variable the file assigns.
     names: HashSet<String>,
     /// Where each directive line starts.
     directive_starts: HashSet<usize>,
     /// The assignments under each comment paragraph (by its first line).
     by_comment: HashMap<usize, Vec<usize>>,
+    /// The last line of the file's directive block at the top (rule 3), if it has one.
+    top_block_end: Option<usize>,
+    /// The 1-based line above which rule 4 inserts: the first `obj-`/`lib-` line, above its
+    /// comment and the conditionals around it.
+    first_list_line: Option<usize>,
+}
+
+/// Consecutive lines of one mechanism, each for one object, under the same conditions.
+struct Run {
+    /// Assignment index of the run's last line.
+    last: usize,
+    when: Vec<String>,
+    /// The words of five letters or more of the comment directly above the run's first line.
+    words: HashSet<String>,
+}
+
+/// A list line: `obj-…` or `lib-…`, which a new line never joins or splits.
+fn is_list(a: &Assignment) -> bool {
+    a.name.starts_with("obj-") || a.name.starts_with("lib-")
+}
+
+/// The words of five letters or more of `text`, lowercased: what a reason and a comment are
+/// compared by.
+pub fn long_words(text: &str) -> HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 5).map(str::to_lowercase).collect()
+}
+
+/// The comment paragraph that ends directly above `a`, if any (a paragraph shared by earlier
+/// lines of the same block is not `a`'s own).
+fn own_comment(a: &Assignment) -> Option<&str> {
+    let (comment, first) = (a.comment.as_deref()?, a.comment_line?);
+    (first + comment.split('\n').count() == a.line).then_some(comment)
 }
 
 impl Index {
-    fn new(file: &KbuildFile, rules: &Rules, removed: &HashSet<usize>) -> Index {
+    fn new(text: &str, file: &KbuildFile, rules: &Rules, removed: &HashSet<usize>) -> Index {
         let mut index = Index {
-            by_object: HashMap::new(),
-            by_mech: HashMap::new(),
-            mech_of: HashMap::new(),
-            listed: HashMap::new(),
+            own: HashMap::new(),
+            runs: HashMap::new(),
             names: file.assignments.iter().map(|a| a.name.clone()).collect(),
             directive_starts: HashSet::new(),
             by_comment: HashMap::new(),
+            top_block_end: None,
+            first_list_line: None,
         };
+        let first_list = file.assignments.iter().position(is_list);
+        let mut top_directive = None;
+        let mut open_run: Option<(MechId, usize)> = None;
+        let lines: Vec<&str> = text.lines().collect();
+        let stems: HashMap<usize, Option<String>> =
+            file.directives().map(|(i, d)| (i, d.object.as_deref().map(|o| rules.naming(d.mech).stem(o)))).collect();
         for (i, d) in file.directives() {
-            index.mech_of.insert(i, d.mech);
             index.directive_starts.insert(file.assignments[i].bytes.start);
             if removed.contains(&i) {
                 continue;
             }
-            if let Some((k, _)) = existing_key(&file.assignments[i], d, rules) {
-                index.by_mech.insert((k.mech, k.when.clone(), k.stem.is_some()), i);
-                index.by_object.insert((k.stem, k.when), i);
+            let a = &file.assignments[i];
+            if a.frames.is_empty() && first_list.is_none_or(|f| i < f) {
+                top_directive = Some(i);
             }
+            let Some((k, _)) = existing_key(a, d, rules) else { continue };
+            // A line right above another object's directive sits in a list: joining it would
+            // split the list.
+            let in_list = file.assignments.get(i + 1).is_some_and(|next| {
+                let between = (a.end_line + 1..next.line)
+                    .all(|l| lines.get(l - 1).is_some_and(|t| t.trim_start().starts_with('#')));
+                between && stems.get(&(i + 1)).is_some_and(|stem| *stem != k.stem)
+            });
+            if !in_list {
+                index.own.entry(k.stem.clone()).or_default().push(i);
+            }
+            if k.stem.is_none() {
+                continue;
+            }
+            let runs = index.runs.entry(k.mech).or_default();
+            let continues = open_run.is_some_and(|(m, last)| {
+                m == k.mech && file.assignments[last].end_line + 1 == a.line && file.assignments[last].when() == k.when
+            });
+            match runs.last_mut() {
+                Some(run) if continues => run.last = i,
+                _ => {
+                    runs.push(Run { last: i, when: k.when, words: own_comment(a).map(long_words).unwrap_or_default() })
+                }
+            }
+            open_run = Some((k.mech, i));
+        }
+        // The top block ends where its paragraph does: at a blank line, a comment, a conditional
+        // or a list line.
+        if let Some(mut end) = top_directive {
+            while let Some(next) = file.assignments.get(end + 1) {
+                let adjoining = next.line == file.assignments[end].end_line + 1;
+                if !adjoining
+                    || !next.frames.is_empty()
+                    || is_list(next)
+                    || next.comment_line.is_some_and(|c| c > file.assignments[end].line)
+                {
+                    break;
+                }
+                end += 1;
+            }
+            index.top_block_end = Some(end);
+        }
+        if let Some(f) = first_list {
+            let a = &file.assignments[f];
+            let mut line = a.frames.first().map_or(a.line, |frame| frame.line);
+            while line > 1 {
+                let above = lines.get(line - 2).map_or("", |l| l.trim());
+                if !above.starts_with('#') || above.contains("SPDX-License-Identifier") {
+                    break;
+                }
+                line -= 1;
+            }
+            index.first_list_line = Some(line);
         }
         for (i, a) in file.assignments.iter().enumerate() {
             if let Some(c) = a.comment_line {
                 index.by_comment.entry(c).or_default().push(i);
             }
-            let list = a.name.starts_with("obj-")
-                || a.name.starts_with("lib-")
-                || a.name.ends_with("-y")
-                || a.name.ends_with("-objs");
-            if list {
-                for w in a.value.split_whitespace() {
-                    let at = index.listed.entry(w.to_string()).or_default();
-                    if at.last() != Some(&i) {
-                        at.push(i);
-                    }
-                }
-            }
         }
         index
     }
+
+    /// The last surviving line of the object (`stem`) under exactly `when`, else under the
+    /// longest prefix of `when`.
+    fn own_line(&self, file: &KbuildFile, stem: &Option<String>, when: &[String]) -> Option<usize> {
+        let lines = self.own.get(stem)?;
+        lines
+            .iter()
+            .rev()
+            .filter_map(|&i| {
+                let w = file.assignments[i].when();
+                when.starts_with(&w).then_some((w.len(), i))
+            })
+            .max_by_key(|&(len, i)| (len, i))
+            .map(|(_, i)| i)
+    }
+
+    /// The run of `mech`'s per-object lines (under a prefix of `when`) whose comment shares the
+    /// most long words with `why`; ties go to the first.
+    fn best_run(&self, mech: MechId, when: &[String], why: &str) -> Option<&Run> {
+        let wanted = long_words(why);
+        let mut best: Option<(usize, &Run)> = None;
+        for run in self.runs.get(&mech).map_or(&[][..], Vec::as_slice) {
+            if !when.starts_with(&run.when) {
+                continue;
+            }
+            let score = run.words.intersection(&wanted).count();
+            if best.is_none_or(|(s, _)| score > s) {
+                best = Some((score, run));
+            }
+        }
+        best.map(|(_, run)| run)
+    }
 }
 
-/// Where and how a new unit line goes (see the module documentation for the order).
+/// Where and how a new unit line goes. The rule (README, "Where a new line goes"): with its
+/// object's own lines; else after the run of the same mechanism's per-object lines whose comment
+/// shares the most words of five letters or more with the unit's reason (ties: the first run);
+/// else at the end of the file's directive block at the top; else above the file's first
+/// `obj-`/`lib-` line (and its comment); never inside or between list lines. A conditional unit
+/// goes the same way, wrapped in the conditions its place does not already hold.
 #[allow(clippy::too_many_arguments)]
 fn insertion(
     text: &str,
@@ -434,132 +546,135 @@ fn insertion(
     order: usize,
 ) -> Option<Splice> {
     let parts = unit_line(unit, id, rules.naming(id))?;
-    // 1. Next to the other lines of the same object under the same conditions: the unit's own.
-    if let Some(i) = index.by_object.get(&(key.stem.clone(), key.when.clone())) {
-        let a = &file.assignments[*i];
-        return Some(after_line(text, index, a, &parts, id, None, order));
+    let new = NewLine { index, parts: &parts, id, unit };
+    // 1. With the object's own lines (the directory's own, for a directory unit).
+    if let Some(i) = index.own_line(file, &key.stem, &key.when) {
+        let a = &file.assignments[i];
+        let wrap = &key.when[a.when().len()..];
+        let same_reason = wrap.is_empty() && a.comment.as_deref().is_some_and(|c| states(c, &unit.why));
+        return Some(new.after(text, a, Style::of(text, a), wrap, !same_reason, order));
     }
-    // 2. At the end of the last run of the same mechanism's lines under the same conditions.
-    if let Some(i) = index.by_mech.get(&(key.mech, key.when.clone(), key.stem.is_some())) {
-        let mut last = *i;
-        while let Some(next) = file.assignments.get(last + 1) {
-            let same_run = index.mech_of.get(&(last + 1)) == Some(&key.mech)
-                && next.line == file.assignments[last].end_line + 1
-                && next.when() == key.when;
-            if !same_run {
-                break;
-            }
-            last += 1;
-        }
-        let a = &file.assignments[last];
-        return Some(after_line(text, index, a, &parts, id, Some(&unit.why), order));
-    }
-    // 3. After the object's `obj-` line, when that line is active under a prefix of the conditions.
-    if let Some(object) = unit.path.object.as_deref() {
-        let candidates = index.listed.get(object).map_or(&[][..], Vec::as_slice);
-        let listed = candidates.iter().rev().map(|i| &file.assignments[*i]).find(|a| key.when.starts_with(&a.when()));
-        if let Some(a) = listed {
-            let wrap = &key.when[a.when().len()..];
-            let mut s = new_lines(index, &Style::plain(&a.indent), &parts, id, unit, wrap, true);
-            if !text[a.bytes.end..].starts_with('\n') && !text[a.bytes.end..].is_empty() {
-                s.push('\n');
-            }
-            return Some(Splice { range: a.bytes.end..a.bytes.end, text: s, order });
+    // 2. After the best-matching run of the mechanism's per-object lines.
+    if key.stem.is_some() {
+        if let Some(run) = index.best_run(key.mech, &key.when, &unit.why) {
+            let a = &file.assignments[run.last];
+            let wrap = &key.when[run.when.len()..];
+            return Some(new.after(text, a, Style::of(text, a), wrap, true, order));
         }
     }
-    // 4. At the end of the conditional branch that matches most of the conditions.
-    let branch = file
-        .branches
-        .iter()
-        .filter(|b| !b.when.is_empty() && key.when.starts_with(&b.when))
-        .max_by_key(|b| (b.when.len(), b.close_line));
-    if let Some(b) = branch {
-        let wrap = &key.when[b.when.len()..];
-        let lead = !text[..b.close_byte].ends_with("\n\n")
-            && !text[..b.close_byte].ends_with(&format!("{}\n", cond_line_of(text, b.open_line)));
-        let s = new_lines(index, &Style::plain(&b.indent), &parts, id, unit, wrap, lead);
-        return Some(Splice { range: b.close_byte..b.close_byte, text: s, order });
+    // 3. At the end of the directive block at the top.
+    if let Some(end) = index.top_block_end {
+        let a = &file.assignments[end];
+        return Some(new.after(text, a, Style::plain(""), &key.when, true, order));
+    }
+    // 4. Above the first list line, its comment and its conditionals.
+    let lines = LineStarts::new(text);
+    if let Some(line) = index.first_list_line {
+        let at = lines.start(line);
+        let mut s = String::new();
+        if at > 0 && !text[..at].ends_with("\n\n") {
+            s.push('\n');
+        }
+        s.push_str(&new.lines(&Style::plain(""), &key.when, true));
+        s.push('\n');
+        return Some(Splice { range: at..at, text: s, order });
     }
     // 5. At the end of the file.
     let mut s = String::new();
     if !text.is_empty() && !text.ends_with('\n') {
         s.push('\n');
     }
-    s.push_str(&new_lines(index, &Style::plain(""), &parts, id, unit, &key.when, !text.is_empty()));
+    if !text.is_empty() {
+        s.push('\n');
+    }
+    s.push_str(&new.lines(&Style::plain(""), &key.when, true));
     Some(Splice { range: text.len()..text.len(), text: s, order })
 }
 
-fn cond_line_of(text: &str, line: usize) -> &str {
-    text.lines().nth(line.saturating_sub(1)).unwrap_or("")
+/// Whether `comment` already states the reason `why`: `why` begins with its words (blanks and
+/// line breaks aside), as a unit's reason begins with the comment of the lines it was imported from.
+fn states(comment: &str, why: &str) -> bool {
+    let mut said = why.split_whitespace();
+    comment.split_whitespace().all(|w| said.next() == Some(w))
 }
 
-/// A new line right after the directive line `a`, in its style. A reason comment goes above it
-/// unless it joins `a`'s unit (`why` is `None`) or a run that already shares that comment.
-#[allow(clippy::too_many_arguments)]
-fn after_line(
-    text: &str,
-    index: &Index,
-    a: &Assignment,
-    parts: &LineParts,
+/// One new line to write: its parts and the unit it comes from.
+struct NewLine<'a> {
+    index: &'a Index,
+    parts: &'a LineParts,
     id: MechId,
-    why: Option<&str>,
-    order: usize,
-) -> Splice {
-    let style = Style::of(text, a);
-    let op = operator(index, parts, id, &style);
-    let line = style.render(parts, op);
-    let shares = why.is_none_or(|w| a.comment.as_deref().map(str::trim) == Some(w.trim()));
-    let mut s = String::new();
-    if !shares {
-        s.push('\n');
-        comment_lines(&mut s, why.unwrap_or_default());
-        s.push_str(&line);
-        // A directive right below would read the new comment as its own reason.
-        if index.directive_starts.contains(&a.bytes.end) {
+    unit: &'a Unit,
+}
+
+impl NewLine<'_> {
+    /// The new line right after the line `a`, in `style`, wrapped in `wrap`, with the reason
+    /// above it when `comment`. A block set off by blank lines when it has a comment or a
+    /// conditional.
+    fn after(&self, text: &str, a: &Assignment, style: Style, wrap: &[String], comment: bool, order: usize) -> Splice {
+        let paragraph = comment || !wrap.is_empty();
+        let mut s = String::new();
+        if paragraph {
             s.push('\n');
         }
-    } else {
-        s.push_str(&line);
+        s.push_str(&self.lines(&style, wrap, comment));
+        let rest = &text[a.bytes.end..];
+        let next = rest.lines().next().map_or("", str::trim);
+        let closes = ["else", "endif"].iter().any(|k| next == *k || next.starts_with(&format!("{k} ")));
+        if paragraph && !rest.is_empty() && !rest.starts_with('\n') && !closes {
+            s.push('\n');
+        }
+        Splice { range: a.bytes.end..a.bytes.end, text: s, order }
     }
-    Splice { range: a.bytes.end..a.bytes.end, text: s, order }
+
+    /// The reason comment (when `comment`), the conditions `wrap` (outermost first), the line
+    /// and the `endif`s.
+    fn lines(&self, style: &Style, wrap: &[String], comment: bool) -> String {
+        let mut s = String::new();
+        if comment {
+            let width = COMMENT_COLUMNS.saturating_sub(width(&style.indent) + 2).max(20);
+            let mut text = String::new();
+            comment_lines(&mut text, &wrapped(&self.unit.why, width));
+            for link in &self.unit.links {
+                comment_lines(&mut text, &format!("see: {link}"));
+            }
+            for c in text.lines() {
+                s.push_str(&style.indent);
+                s.push_str(c);
+                s.push('\n');
+            }
+        }
+        for c in wrap {
+            s.push_str(&style.indent);
+            s.push_str(c);
+            s.push('\n');
+        }
+        s.push_str(&style.render(self.parts, operator(self.index, self.parts, self.id, style)));
+        for _ in wrap {
+            s.push_str(&style.indent);
+            s.push_str("endif\n");
+        }
+        s
+    }
 }
 
-/// A new line with its reason comment, wrapped in the conditions `wrap` (outermost first).
-#[allow(clippy::too_many_arguments)]
-fn new_lines(
-    index: &Index,
-    style: &Style,
-    parts: &LineParts,
-    id: MechId,
-    unit: &Unit,
-    wrap: &[String],
-    lead_blank: bool,
-) -> String {
-    let mut s = String::new();
-    if lead_blank {
-        s.push('\n');
-    }
-    let mut comment = String::new();
-    comment_lines(&mut comment, &unit.why);
-    for link in &unit.links {
-        comment_lines(&mut comment, &format!("see: {link}"));
-    }
-    for c in comment.lines() {
-        s.push_str(&style.indent);
-        s.push_str(c);
-        s.push('\n');
-    }
-    for c in wrap {
-        s.push_str(&style.indent);
-        s.push_str(c);
-        s.push('\n');
-    }
-    s.push_str(&style.render(parts, operator(index, parts, id, style)));
-    for _ in wrap {
-        s.push_str(&style.indent);
-        s.push_str("endif\n");
-    }
-    s
+/// Comments a new line gets are wrapped to this many columns.
+pub const COMMENT_COLUMNS: usize = 80;
+
+/// `text` with each of its lines wrapped at `width` columns (a word longer than that stays whole).
+fn wrapped(text: &str, width: usize) -> String {
+    let options = textwrap::Options::new(width).break_words(false);
+    let lines: Vec<String> = text
+        .lines()
+        .flat_map(|line| {
+            let wrapped = textwrap::wrap(line.trim_end(), &options);
+            if wrapped.is_empty() {
+                vec![String::new()]
+            } else {
+                wrapped.into_iter().map(|l| l.into_owned()).collect()
+            }
+        })
+        .collect();
+    lines.join("\n")
 }
 
 #[cfg(test)]
@@ -587,7 +702,9 @@ mod tests {
 
     #[test]
     fn a_new_skip_joins_its_objects_lines() {
-        let policy = LOCKING_POLICY.replace("skip = [\"kcsan\"]", "skip = [\"kcsan\", \"kasan\"]");
+        let policy = LOCKING_POLICY
+            .replace("skip = [\"kcsan\"]", "skip = [\"kcsan\", \"kasan\"]")
+            .replace("why = \"y\"", "why = \"Avoid recursion lockdep -> sanitizer -> ... -> lockdep.\"");
         let r = run(LOCKING, &policy);
         let expected = LOCKING.replace(
             "KCSAN_SANITIZE_lockdep.o := n\n",
@@ -620,5 +737,60 @@ mod tests {
             r.text,
             "KASAN_SANITIZE_head$(BITS).o\t\t\t\t:= n\nKASAN_SANITIZE_dumpstack.o\t\t\t\t:= n\n\n# w\nKASAN_SANITIZE_x.o\t\t\t\t\t:= n\n\nifeq ($(CONFIG_A),y)\nCFLAGS_REMOVE_a.o = -pg\nelse\nCFLAGS_REMOVE_b.o = -pg\n\n# w\nCFLAGS_REMOVE_c.o = -pg\nendif\n"
         );
+    }
+
+    #[test]
+    fn a_new_line_under_another_reason_gets_its_comment_even_beside_its_object() {
+        let policy = LOCKING_POLICY.replace("skip = [\"kcsan\"]", "skip = [\"kcsan\", \"kasan\"]");
+        let r = run(LOCKING, &policy);
+        assert!(
+            r.text.contains("KCSAN_SANITIZE_lockdep.o := n\n\n# y\nKASAN_SANITIZE_lockdep.o := n\n\nifdef"),
+            "{}",
+            r.text
+        );
+    }
+
+    const LIB: &str = "# SPDX-License-Identifier: GPL-2.0\n\n# Flaky coverage that is not a function of syscall inputs.\nKCOV_INSTRUMENT_string.o := n\nKCOV_INSTRUMENT_rbtree.o := n\n\nobj-y += a.o \\\n\t b.o\nobj-y += llist.o\n# Early recursion in the allocator.\nKCOV_INSTRUMENT_stackdepot.o := n\n\nobj-y += z.o\n";
+
+    /// `LIB`'s own units and one more.
+    fn unit(path: &str, mech: &str, why: &str, when: Option<&str>) -> String {
+        let when = when.map(|w| format!("when = \"{w}\"\n")).unwrap_or_default();
+        let mut policy = String::new();
+        for o in ["string", "rbtree", "stackdepot"] {
+            policy.push_str(&format!("[[unit]]\npath = \"l/{o}.o\"\nskip = [\"kcov\"]\nwhy = \"x\"\n"));
+        }
+        policy + &format!("[[unit]]\npath = \"{path}\"\nskip = [\"{mech}\"]\n{when}why = \"{why}\"\n")
+    }
+
+    #[test]
+    fn a_new_line_follows_the_run_whose_comment_shares_most_long_words() {
+        let r =
+            run(LIB, &unit("l/llist.o", "kcov", "Coverage of llist is flaky, not a function of syscall inputs.", None));
+        assert!(
+            r.text.contains("KCOV_INSTRUMENT_rbtree.o := n\n\n# Coverage of llist is flaky, not a function of syscall inputs.\nKCOV_INSTRUMENT_llist.o := n\n\nobj-y"),
+            "{}",
+            r.text
+        );
+        let r = run(LIB, &unit("l/llist.o", "kcov", "recursion in the allocator", None));
+        assert!(r.text.contains("KCOV_INSTRUMENT_stackdepot.o := n\n\n# recursion in the allocator\nKCOV_INSTRUMENT_llist.o := n\n\nobj-y += z.o"), "{}", r.text);
+    }
+
+    #[test]
+    fn without_a_run_a_line_ends_the_top_block_or_goes_above_the_first_list_line() {
+        // KASAN has no run: the top block (the KCOV lines) takes it, in its conditional.
+        let r = run(LIB, &unit("l/llist.o", "kasan", "w", Some("ifdef CONFIG_X")));
+        assert!(r.text.contains("KCOV_INSTRUMENT_rbtree.o := n\n\n# w\nifdef CONFIG_X\nKASAN_SANITIZE_llist.o := n\nendif\n\nobj-y += a.o"), "{}", r.text);
+        let text = "# SPDX-License-Identifier: GPL-2.0\n\nccflags-y += -O2\n\n# Build efficiency\nobj-y += core.o\nobj-y += fair.o\n";
+        let r = run(text, "[[unit]]\npath = \"s/core.o\"\nskip = [\"gcov\"]\nwhy = \"w\"\n");
+        assert_eq!(r.text, "# SPDX-License-Identifier: GPL-2.0\n\nccflags-y += -O2\n\n# w\nGCOV_PROFILE_core.o := n\n\n# Build efficiency\nobj-y += core.o\nobj-y += fair.o\n");
+    }
+
+    #[test]
+    fn a_long_reason_is_wrapped_at_80_columns() {
+        let why = "word ".repeat(40);
+        let r = run(LIB, &unit("l/llist.o", "kasan", why.trim(), None));
+        let comment: Vec<&str> = r.text.lines().filter(|l| l.starts_with("# word")).collect();
+        assert!(comment.len() > 1 && comment.iter().all(|l| l.len() <= 80), "{comment:?}");
+        assert_eq!(comment.concat().matches("word").count(), 40);
     }
 }

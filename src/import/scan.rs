@@ -255,7 +255,7 @@ fn take(tree: &Path, dir: &str, parsed: &KbuildFile, i: usize, vars_from: &Kbuil
     let dir = dir.to_string();
     let DirectiveValue::Plain(setting) = d.value else { return false };
     let when = a.when();
-    let reason = a.comment.as_deref().and_then(reason_text);
+    let reason = line_reason(a, d.mech).and_then(reason_text);
     let key = (dir.clone(), d.object.clone(), when.clone());
     let group = index.entry(key).or_default();
     let slot = match unit_for(units, group, d.mech, reason.as_deref()) {
@@ -301,6 +301,22 @@ fn take(tree: &Path, dir: &str, parsed: &KbuildFile, i: usize, vars_from: &Kbuil
 /// A comment paragraph as a reason, in the form a generated block writes it back (each line
 /// without trailing blanks), so that reading a block this import wrote gives the same reason.
 /// The placeholder a block carries for a unit without a reason is no reason.
+/// The comment that is a line's reason: the paragraph directly above it; a paragraph above
+/// earlier lines of its block only when it names no mechanism or names the line's (lib/Makefile's
+/// "instrumenting stackdepot.c with KMSAN will result in infinite recursion" heads
+/// `KMSAN_SANITIZE_stackdepot.o`, not the `KCOV_INSTRUMENT_stackdepot.o` below it).
+pub fn line_reason(a: &Assignment, mech: MechId) -> Option<&str> {
+    let comment = a.comment.as_deref()?;
+    let first = a.comment_line?;
+    if first + comment.split('\n').count() == a.line {
+        return Some(comment);
+    }
+    let name = |m: &Mechanism| m.title.split_whitespace().next().unwrap_or(m.name).to_string();
+    let words: Vec<&str> = comment.split(|c: char| !c.is_alphanumeric()).collect();
+    let named: Vec<String> = MECHANISMS.iter().map(name).filter(|n| words.contains(&n.as_str())).collect();
+    (named.is_empty() || named.contains(&name(mech.get()))).then_some(comment)
+}
+
 fn reason_text(comment: &str) -> Option<String> {
     let lines: Vec<&str> = comment.lines().map(str::trim_end).collect();
     let reason = lines.join("\n").trim().to_string();
@@ -458,5 +474,37 @@ fn stale(tree: &Path, rules: &Rules, units: &[ImportedUnit], taken: &[Taken], di
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_comment_naming_another_mechanism_is_not_a_lines_reason() {
+        let text = "KASAN_SANITIZE_stackdepot.o := n\n# In particular, instrumenting stackdepot.c with KMSAN will result in infinite\n# recursion.\nKMSAN_SANITIZE_stackdepot.o := n\nKCOV_INSTRUMENT_stackdepot.o := n\n\n# Flaky coverage.\nKCOV_INSTRUMENT_a.o := n\nKCOV_INSTRUMENT_b.o := n\n# If sanitizers detect any issues in kcov, it may lead to recursion\nKASAN_SANITIZE_kcov.o := n\nKCSAN_SANITIZE_kcov.o := n\n";
+        let file = makefile::parse(text);
+        let reasons: Vec<(String, Option<String>)> = file
+            .directives()
+            .map(|(i, d)| {
+                (
+                    file.assignments[i].name.clone(),
+                    line_reason(&file.assignments[i], d.mech).map(|r| r[..12].to_string()),
+                )
+            })
+            .collect();
+        let expect = [
+            ("KASAN_SANITIZE_stackdepot.o", None),
+            ("KMSAN_SANITIZE_stackdepot.o", Some("In particula")),
+            ("KCOV_INSTRUMENT_stackdepot.o", None),
+            ("KCOV_INSTRUMENT_a.o", Some("Flaky covera")),
+            ("KCOV_INSTRUMENT_b.o", Some("Flaky covera")),
+            ("KASAN_SANITIZE_kcov.o", Some("If sanitizer")),
+            ("KCSAN_SANITIZE_kcov.o", Some("If sanitizer")),
+        ];
+        let expect: Vec<(String, Option<String>)> =
+            expect.iter().map(|(n, r)| (n.to_string(), r.map(|r| r[..12].to_string()))).collect();
+        assert_eq!(reasons, expect);
     }
 }

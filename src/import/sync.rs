@@ -47,11 +47,28 @@ pub struct Synced {
     /// The `(path, mechanism)` pairs of those keys, every spelling: the snapshot sync writes
     /// keeps the last generation's state for them.
     pub pending_keys: Vec<(String, MechId)>,
+    /// Units whose object the tree renamed (`old -> new`): their `path` is edited in place.
+    pub renamed: Vec<String>,
+    /// Every skip↔force flip taken from the tree: the unit, where it is, and the reason it
+    /// kept, which was written for the other value.
+    pub flipped: Vec<Flip>,
+}
+
+/// A value sync turned around: the reviewer must rewrite a reason that now says the opposite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flip {
+    pub unit: String,
+    pub mechanism: MechId,
+    pub from: Setting,
+    pub to: Setting,
+    /// `file:line:col` of the unit in the policy.
+    pub at: String,
+    pub old_reason: String,
 }
 
 impl Synced {
     pub fn is_noop(&self) -> bool {
-        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty() && self.renamed.is_empty()
     }
 }
 
@@ -148,7 +165,7 @@ pub fn sync(
     let mut pending_keys = Vec::new();
     let mut add: Vec<(Key, Said, usize)> = Vec::new();
     let mut drop: Vec<(Key, usize)> = Vec::new();
-    let mut change: Vec<(Key, Said, usize)> = Vec::new();
+    let mut change: Vec<(Key, Said, usize, Setting)> = Vec::new();
     let mut refuse = |key: &Key, unit: Option<usize>, message: String| {
         let mut d = Diagnostic::note(Code::Drift, message)
             .hint(format!("the policy is ahead of the tree here: `{program} gen-makefiles` writes it"));
@@ -185,7 +202,7 @@ pub fn sync(
                 let variants = expand_variants(&path, &policy.units[*u].vars);
                 let policy_moved = variants.iter().any(|p| base.state(p, key.3) != now.state(p, key.3));
                 if base.known && !policy_moved {
-                    change.push((key.clone(), said.clone(), *u));
+                    change.push((key.clone(), said.clone(), *u, mine.setting));
                 } else {
                     refuse(key, Some(*u), format!("the policy changed `{path}` `{}` since the last generation", key.3));
                 }
@@ -210,7 +227,7 @@ pub fn sync(
             );
         }
     }
-    for u in drop.iter().map(|(_, u)| *u).chain(change.iter().map(|(_, _, u)| *u)) {
+    for u in drop.iter().map(|(_, u)| *u).chain(change.iter().map(|(_, _, u, _)| *u)) {
         if policy.units[u].location.path != main {
             ahead.push(
                 Diagnostic::error(
@@ -231,14 +248,61 @@ pub fn sync(
     Ok(synced)
 }
 
+/// Renames: a policy unit all of whose lines the tree lost, and a new line of the same
+/// directory, conditions and reason that says the same for the same mechanisms under another
+/// object name (upstream renamed the file). Each is `(unit, imported unit)`.
+fn renames(
+    policy: &Policy,
+    units: &[ImportedUnit],
+    add: &[(Key, Said, usize)],
+    drop: &[(Key, usize)],
+) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let dropped_units: std::collections::BTreeSet<usize> = drop.iter().map(|(_, u)| *u).collect();
+    for u in dropped_units {
+        let unit = &policy.units[u];
+        let lost: Vec<&Key> = drop.iter().filter(|(_, d)| *d == u).map(|(k, _)| k).collect();
+        if unit.path.object.is_none() || unit.path.text.contains('$') || lost.len() != unit.settings.len() {
+            continue;
+        }
+        let candidates: std::collections::BTreeSet<usize> = add
+            .iter()
+            .filter(|(k, _, t)| {
+                k.0 == unit.path.kbuild_dir
+                    && k.1.is_some()
+                    && k.1 != unit.path.object
+                    && k.2 == canonical_when(&unit.when)
+                    && units[*t].why() == unit.why
+                    && !out.iter().any(|(_, taken)| taken == t)
+            })
+            .map(|(_, _, t)| *t)
+            .collect();
+        let fits = |t: usize| {
+            let theirs: Vec<(&MechId, &Setting)> = units[t].settings.iter().collect();
+            theirs.len() == lost.len()
+                && theirs.iter().all(|(id, setting)| {
+                    unit.settings.get(id) == Some(setting) && unit.flags.get(id) == units[t].flags.get(id)
+                })
+        };
+        if let [t] = candidates.into_iter().filter(|t| fits(*t)).collect::<Vec<_>>()[..] {
+            out.push((u, t));
+        }
+    }
+    out
+}
+
 fn edit(
     policy: &Policy,
     text: &str,
     units: &[ImportedUnit],
     add: &[(Key, Said, usize)],
     drop: &[(Key, usize)],
-    change: &[(Key, Said, usize)],
+    change: &[(Key, Said, usize, Setting)],
 ) -> Result<Synced, Diagnostics> {
+    let renamed = renames(policy, units, add, drop);
+    let drop: Vec<(Key, usize)> = drop.iter().filter(|(_, u)| !renamed.iter().any(|(r, _)| r == u)).cloned().collect();
+    let add: Vec<(Key, Said, usize)> =
+        add.iter().filter(|(_, _, t)| !renamed.iter().any(|(_, r)| r == t)).cloned().collect();
     let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
         Diagnostics(vec![Diagnostic::error(Code::TomlSyntax, format!("cannot edit the policy: {}", e.message()))])
     })?;
@@ -265,13 +329,34 @@ fn edit(
         }
         None => Vec::new(),
     };
-    for (key, said, u) in change {
+    for (u, t) in &renamed {
+        let new_path = unit_path(&units[*t].dir, units[*t].object.as_deref());
+        if let Some(table) = tables.get_mut(*u).and_then(Option::as_mut) {
+            if let Some(Item::Value(v)) = table.get_mut("path") {
+                let decor = v.decor().clone();
+                *v = Value::from(new_path.as_str());
+                *v.decor_mut() = decor;
+            }
+        }
+        out.renamed.push(format!("{} -> {new_path}", policy.units[*u].path.text));
+    }
+    for (key, said, u, was) in change {
         if let Some(t) = tables.get_mut(*u).and_then(Option::as_mut) {
             set_mechanism(t, key.3, Some(said));
             out.changed.push(format!("{} {}", policy.units[*u].path.text, key.3));
+            if *was != said.setting {
+                out.flipped.push(Flip {
+                    unit: policy.units[*u].path.text.clone(),
+                    mechanism: key.3,
+                    from: *was,
+                    to: said.setting,
+                    at: policy.units[*u].location.to_string(),
+                    old_reason: policy.units[*u].why.clone(),
+                });
+            }
         }
     }
-    for (key, u) in drop {
+    for (key, u) in &drop {
         if let Some(t) = tables.get_mut(*u).and_then(Option::as_mut) {
             set_mechanism(t, key.3, None);
             out.removed.push(format!("{} {}", policy.units[*u].path.text, key.3));
@@ -287,9 +372,9 @@ fn edit(
     // placed after the last unit of the same directory (so the policy stays grouped as the tree
     // is). A line with another comment (or none) does not join: its unit's reason would be
     // shown for a mechanism it does not explain.
-    let mut appended: Vec<(usize, Table)> = Vec::new();
+    let mut appended: Vec<(Option<usize>, usize, Table)> = Vec::new();
     let mut fresh: BTreeMap<usize, usize> = BTreeMap::new();
-    for (key, said, t) in add {
+    for (key, said, t) in &add {
         let why = units[*t].why();
         let same = policy.units.iter().position(|u| {
             u.path.kbuild_dir == key.0 && u.path.object == key.1 && canonical_when(&u.when) == key.2 && u.why == why
@@ -303,27 +388,47 @@ fn edit(
         if fresh.contains_key(t) {
             continue;
         }
-        let after = policy.units.iter().rposition(|u| u.path.kbuild_dir == key.0).unwrap_or(usize::MAX);
+        // After the directory's last unit; a directory the policy has no unit of goes where
+        // its path sorts among the policy's directories (the policy is in tree order).
+        let after = policy
+            .units
+            .iter()
+            .rposition(|u| u.path.kbuild_dir == key.0)
+            .or_else(|| policy.units.iter().rposition(|u| dir_order(&u.path.kbuild_dir, &key.0).is_lt()));
         fresh.insert(*t, appended.len());
-        appended.push((after, new_unit(&units[*t])));
+        // Only the mechanisms the tree gained: a line of the same imported unit the policy
+        // already has stays in its own unit (written whole, it would be listed twice).
+        let mut gained = units[*t].clone();
+        gained.settings.retain(|id, _| add.iter().any(|(k, _, other)| other == t && k.3 == *id));
+        gained.flags.retain(|id, _| gained.settings.contains_key(id));
+        appended.push((after, *t, new_unit(&gained)));
     }
+    // New units of one place keep the tree's order (their lines' order), not the keys'.
+    appended.sort_by_key(|(after, t, _)| (*after, *t));
     let mut aot = ArrayOfTables::new();
     let mut pending = appended;
+    let first_position = tables.iter().flatten().find_map(Table::position).unwrap_or(0);
+    let (before_all, rest): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(after, _, _)| after.is_none());
+    for (_, _, mut t) in before_all {
+        t.set_position(first_position);
+        aot.push(t);
+    }
+    pending = rest;
     // A new table sorts where its document position says: give it its predecessor's.
-    let mut last_position = 0;
+    let mut last_position = first_position;
     for (i, t) in tables.into_iter().enumerate() {
         if let Some(t) = t {
             last_position = t.position().unwrap_or(last_position);
             aot.push(t);
         }
-        let (here, later): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(after, _)| *after == i);
-        for (_, mut t) in here {
+        let (here, later): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(after, _, _)| *after == Some(i));
+        for (_, _, mut t) in here {
             t.set_position(last_position);
             aot.push(t);
         }
         pending = later;
     }
-    for (_, mut t) in pending {
+    for (_, _, mut t) in pending {
         t.set_position(last_position);
         aot.push(t);
     }
@@ -332,6 +437,11 @@ fn edit(
     }
     out.text = doc.to_string();
     Ok(out)
+}
+
+/// Directories in tree order: by path components, so `kernel/locking` follows `kernel`.
+fn dir_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.split('/').cmp(b.split('/'))
 }
 
 /// The mechanism names in `skip` or `force`.

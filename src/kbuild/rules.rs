@@ -176,13 +176,17 @@ impl Decision {
     /// `default $(is-kernel-object)`.
     pub fn default_text(&self) -> String {
         match &self.kind {
-            DecisionKind::Chain { terms, gated, .. } => {
+            DecisionKind::Chain { terms, gated, polarity } => {
                 let tail: Vec<String> = terms
                     .iter()
                     .filter(|t| !matches!(t, Term::PerObject(_) | Term::Directory(_)))
                     .map(term_text)
                     .collect();
-                format!("default {}{}", tail.join(""), if *gated { ", only for kernel objects" } else { "" })
+                // `OBJECT_FILES_NON_STANDARD` is inverted: its `n` is what leaves objtool on, so
+                // the value alone ("on … default n") would read as a contradiction.
+                let inverted =
+                    if *polarity == Polarity::SkipIfAllY { " (a skip variable: n runs, y skips)" } else { "" };
+                format!("default {}{inverted}{}", tail.join(""), if *gated { ", only for kernel objects" } else { "" })
             }
             DecisionKind::Flags => "default: flags kept unless removed".to_string(),
         }

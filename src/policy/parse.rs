@@ -375,7 +375,13 @@ fn parse_common(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>,
     let path = match UnitPath::parse(&path_text, kbuild_dir.as_ref().map(|(d, _)| d.as_str())) {
         Ok(p) => p,
         Err((message, hint)) => {
-            cx.error(Code::BadPath, path_span, message, hint);
+            // A problem of `kbuild-dir` itself points at `kbuild-dir`, not at `path`.
+            let of_kbuild_dir = kbuild_dir.as_ref().filter(|(d, _)| {
+                message.contains("`kbuild-dir`")
+                    || UnitPath::parse(&format!("{}/x.o", d.trim_end_matches('/')), None).is_err()
+            });
+            let span = of_kbuild_dir.map_or(path_span, |(_, s)| s.clone());
+            cx.error(Code::BadPath, span, message, hint);
             return None;
         }
     };

@@ -168,10 +168,16 @@ pub fn git_reader(rev: &str, near: &Path) -> Result<impl Fn(&Path) -> std::io::R
 fn resolve_commit(root: &Path, rev: &str) -> Result<String, Box<Diagnostic>> {
     super::git::commit_of(root, rev).map_err(|e| match e {
         super::git::RevError::Git(message) => Box::new(Diagnostic::error(Code::Io, message)),
-        super::git::RevError::NotACommit => Box::new(
-            Diagnostic::error(Code::BadRevision, format!("`{rev}` is not a commit of this repository"))
-                .hint("pass a branch, tag or commit, e.g. `--base origin/master` or `--base HEAD~1`"),
-        ),
+        super::git::RevError::NotACommit => {
+            let known = super::git::known_revisions(root);
+            let hint = if known.is_empty() {
+                "this repository has no commit to compare with yet: commit the policy, then pass `--base` a branch, tag or commit".to_string()
+            } else {
+                let options: Vec<String> = known.iter().map(|r| format!("`--base {r}`")).collect();
+                format!("pass a branch, tag or commit of this repository: {}", options.join(" or "))
+            };
+            Box::new(Diagnostic::error(Code::BadRevision, format!("`{rev}` is not a commit of this repository")).hint(hint))
+        }
     })
 }
 

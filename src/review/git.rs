@@ -297,6 +297,29 @@ pub(super) fn commit_of(root: &Path, rev: &str) -> Result<String, RevError> {
     Ok(id)
 }
 
+/// Revisions this repository has, to suggest: `HEAD~1` when HEAD has a parent, then up to three
+/// branches (local, then remote) and tags. Never one it does not have (no `origin/master`
+/// without a remote).
+pub(super) fn known_revisions(root: &Path) -> Vec<String> {
+    let git =
+        |args: &[&str]| Command::new("git").arg("-C").arg(root).args(args).output().ok().filter(|o| o.status.success());
+    let mut out = Vec::new();
+    if git(&["rev-parse", "--verify", "--quiet", "HEAD~1^{commit}"]).is_some() {
+        out.push("HEAD~1".to_string());
+    }
+    if let Some(refs) =
+        git(&["for-each-ref", "--count=3", "--format=%(refname:short)", "refs/heads", "refs/remotes", "refs/tags"])
+    {
+        out.extend(
+            String::from_utf8_lossy(&refs.stdout)
+                .lines()
+                .filter(|r| !r.is_empty() && !r.contains(char::is_whitespace) && !r.starts_with('-'))
+                .map(str::to_string),
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

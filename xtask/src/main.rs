@@ -33,12 +33,23 @@ fn own_command<O>(
     }
 }
 
+/// xtask's own commands, listed after the shared ones in `cargo xtask --help`.
+const OWN_COMMANDS: &str = "xtask's own commands:\n  bench  Time import, gen-makefiles --check and the pre-commit hook against ripgrep (`cargo xtask bench --help`)\n  fuzz   Run the policy-parser and kbuild-reader fuzzers in release mode (`cargo xtask fuzz --help`)";
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = repo_root();
     match args.first().map(String::as_str) {
         Some("bench") => own_command(&args[1..], bench::USAGE, bench::parse, |o| bench::bench(&root, o).map(|()| true)),
         Some("fuzz") => own_command(&args[1..], fuzz::USAGE, fuzz::parse, |o| fuzz::fuzz(&root, o)),
+        Some("-h" | "--help" | "help") if args.len() == 1 => {
+            let code = sanpolicy::cli::main(
+                ["cargo xtask".to_string(), "--help".to_string()],
+                &sanpolicy::cli::Defaults::xtask(&root),
+            );
+            println!("\n{OWN_COMMANDS}");
+            ExitCode::from(code)
+        }
         _ => {
             let args = std::iter::once("cargo xtask".to_string()).chain(args);
             ExitCode::from(sanpolicy::cli::main(args, &sanpolicy::cli::Defaults::xtask(&root)))

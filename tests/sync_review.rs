@@ -1,0 +1,122 @@
+//! `sync` after a real upstream merge writes a policy diff a reviewer can read: on 6.12's
+//! `mm/` and `kernel/locking/` (extracted from Debian's source package), adopted in place, then
+//! merged with upstream's later hunks:
+//!
+//! - `mm/Makefile`: the dead `KCOV_INSTRUMENT_debug-pagealloc.o` renamed to
+//!   `KCOV_INSTRUMENT_debug_page_alloc.o` (the source has been `debug_page_alloc.c` all along);
+//! - `kernel/locking/Makefile`: upstream's lockdep KASAN fix ("locking/lockdep: Disable KASAN
+//!   instrumentation of lockdep.c", 2025), a new line under a reworded comment;
+//! - `mm/Makefile`: `KCSAN_SANITIZE_page_alloc.o` turned from `n` to `y` (a value flip, made by
+//!   hand here: the case where the unit's reason now says the opposite).
+//!
+//! The rename edits the unit's `path` in place (one line of the diff, the unit stays where it
+//! was); the new unit goes after the last unit of its directory; the flip is listed with the
+//! unit's `file:line` in the written policy and its old reason. No kbuild file changes.
+
+mod fixture_tree;
+
+use std::fs;
+
+use fixture_tree::{extract_6_12, run_in};
+
+/// The policy's lines the diff removed and added.
+fn line_diff(before: &str, after: &str) -> (Vec<String>, Vec<String>) {
+    let (mut removed, mut added) = (Vec::new(), Vec::new());
+    for change in similar::TextDiff::from_lines(before, after).iter_all_changes() {
+        let line = change.value().trim_end().to_string();
+        match change.tag() {
+            similar::ChangeTag::Delete => removed.push(line),
+            similar::ChangeTag::Insert => added.push(line),
+            similar::ChangeTag::Equal => {}
+        }
+    }
+    (removed, added)
+}
+
+/// The `path` of every unit, in the policy's order.
+fn unit_paths(policy: &str) -> Vec<String> {
+    policy
+        .lines()
+        .filter_map(|l| l.strip_prefix("path = \"").and_then(|p| p.strip_suffix('"')))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn sync_after_an_upstream_merge_renames_in_place_groups_new_units_and_lists_flips() {
+    let members = ["scripts/Makefile.lib", "scripts/Makefile.build", "mm", "kernel/locking"];
+    let (_dir, tree) = extract_6_12("sanpolicy-sync-review-", &members);
+    let adopt = run_in(&tree, &["import", "--adopt"]);
+    assert_eq!(adopt.code, 0, "{}", adopt.both());
+    let policy_path = tree.join("sanitizer-policy.toml");
+    let before = fs::read_to_string(&policy_path).unwrap();
+
+    // The merge.
+    let mm = tree.join("mm/Makefile");
+    let mm_text = fs::read_to_string(&mm).unwrap();
+    for old in ["KCOV_INSTRUMENT_debug-pagealloc.o := n\n", "KCSAN_SANITIZE_page_alloc.o := n\n"] {
+        assert!(mm_text.contains(old), "6.12's mm/Makefile has no `{old}`");
+    }
+    let mm_merged = mm_text
+        .replace("KCOV_INSTRUMENT_debug-pagealloc.o := n\n", "KCOV_INSTRUMENT_debug_page_alloc.o := n\n")
+        .replace("KCSAN_SANITIZE_page_alloc.o := n\n", "KCSAN_SANITIZE_page_alloc.o := y\n");
+    fs::write(&mm, &mm_merged).unwrap();
+    let locking = tree.join("kernel/locking/Makefile");
+    let locking_text = fs::read_to_string(&locking).unwrap();
+    let old_hunk = "# Avoid recursion lockdep -> sanitizer -> ... -> lockdep.\nKCSAN_SANITIZE_lockdep.o := n\n";
+    assert!(locking_text.contains(old_hunk), "6.12's kernel/locking/Makefile changed");
+    let locking_merged = locking_text.replace(
+        old_hunk,
+        "# Avoid recursion lockdep -> sanitizer -> ... -> lockdep & improve performance.\nKASAN_SANITIZE_lockdep.o := n\nKCSAN_SANITIZE_lockdep.o := n\n",
+    );
+    fs::write(&locking, &locking_merged).unwrap();
+
+    let sync = run_in(&tree, &["sync"]);
+    assert_eq!(sync.code, 0, "{}", sync.both());
+    let after = fs::read_to_string(&policy_path).unwrap();
+    assert_eq!(fs::read_to_string(&mm).unwrap(), mm_merged, "sync changed mm/Makefile");
+    assert_eq!(fs::read_to_string(&locking).unwrap(), locking_merged, "sync changed kernel/locking/Makefile");
+
+    // The rename: one path line edited in place, the unit where it was.
+    let (removed, added) = line_diff(&before, &after);
+    assert!(removed.contains(&"path = \"mm/debug-pagealloc.o\"".to_string()), "{removed:?}");
+    assert!(added.contains(&"path = \"mm/debug_page_alloc.o\"".to_string()), "{added:?}");
+    let (old_paths, new_paths) = (unit_paths(&before), unit_paths(&after));
+    let was = old_paths.iter().position(|p| p == "mm/debug-pagealloc.o").unwrap();
+    let now = new_paths.iter().position(|p| p == "mm/debug_page_alloc.o").unwrap();
+    let locking_units_before = old_paths.iter().filter(|p| p.starts_with("kernel/locking/")).count();
+    // The one new unit (lockdep's KASAN) sits in kernel/locking, above mm in tree order.
+    assert_eq!(now, was + usize::from(new_paths.len() > old_paths.len()), "the renamed unit moved");
+    // Nothing removed but the renamed path and the flipped value's `skip` line.
+    let allowed_removed = ["path = \"mm/debug-pagealloc.o\"", "skip = [\"kcsan\"]"];
+    assert!(removed.iter().all(|l| allowed_removed.contains(&l.as_str())), "removed {removed:?}");
+    assert!(sync.stderr.contains("renamed: mm/debug-pagealloc.o -> mm/debug_page_alloc.o"), "{}", sync.both());
+
+    // The new unit: after the last unit of kernel/locking, before the next directory's.
+    assert_eq!(new_paths.len(), old_paths.len() + 1, "one new unit: {new_paths:?}");
+    let first_locking = new_paths.iter().position(|p| p.starts_with("kernel/locking/")).unwrap();
+    let run: Vec<&String> =
+        new_paths[first_locking..].iter().take_while(|p| p.starts_with("kernel/locking/")).collect();
+    assert_eq!(run.len(), locking_units_before + 1, "kernel/locking's units are not together: {new_paths:?}");
+    assert_eq!(run.last().map(|p| p.as_str()), Some("kernel/locking/lockdep.o"), "{run:?}");
+    assert!(
+        after.contains("Avoid recursion lockdep -> sanitizer -> ... -> lockdep & improve performance."),
+        "the new unit's reason is its own line's comment"
+    );
+
+    // The flip: listed with where the unit is now and the reason it kept.
+    let flipped = sync.stderr.lines().find(|l| l.starts_with("flipped: mm/page_alloc.o kcsan skip -> force at "));
+    let flipped = flipped.unwrap_or_else(|| panic!("no flip listed:\n{}", sync.both()));
+    assert!(flipped.contains("These produce frequent data race reports"), "{flipped}");
+    let at = flipped.split(" at ").nth(1).and_then(|r| r.split(": ").next()).unwrap();
+    let line: usize = at.rsplit(':').nth(1).and_then(|l| l.parse().ok()).unwrap_or_else(|| panic!("{at}"));
+    let unit: Vec<&str> = after.lines().skip(line - 1).take_while(|l| !l.is_empty()).collect();
+    assert_eq!(unit.first(), Some(&"path = \"mm/page_alloc.o\""), "{at} is not the flipped unit's path: {unit:?}");
+    assert!(unit.contains(&"force = [\"kcsan\"]"), "{unit:?}");
+
+    // The tree and the policy agree now.
+    for args in [&["gen-makefiles", "--check"][..], &["sync", "--check"][..]] {
+        let run = run_in(&tree, args);
+        assert_eq!(run.code, 0, "{args:?}: {}", run.both());
+    }
+}
