@@ -15,6 +15,8 @@ pub const POLICY_LIMIT: u64 = 64 << 20;
 pub const KBUILD_LIMIT: u64 = 16 << 20;
 /// Rust sources and manifests of a Cargo workspace.
 pub const SOURCE_LIMIT: u64 = 64 << 20;
+/// Files of a kernel build directory `derive` reads: archives, objects, gcc's call graphs.
+pub const BUILD_LIMIT: u64 = 1 << 30;
 
 /// Why a file could not be read.
 #[derive(Debug)]

@@ -105,6 +105,11 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
     }
     diags.extend(policy_diags);
     diags.extend(rule_diags);
+    if let Some(tree) = &tree {
+        let dirs = policy.units.iter().map(|u| &u.path).chain(policy.requirements.iter().map(|r| &r.path));
+        diags.extend(arch_problems(tree, dirs.map(|p| p.kbuild_dir.as_str())));
+    }
+    diags.0.extend(snapshot_problem(&policy_path));
     if diags.has_bad_input() {
         ui.report(&diags.sorted());
         return Err(EXIT_BAD_INPUT);
@@ -194,9 +199,41 @@ fn effective_snapshot(inputs: &Inputs, out: Option<&Path>) -> crate::output::Cha
 }
 
 /// The last generated state, for telling which side of a drift moved: the committed snapshot.
+/// One that cannot be read was refused by [`inputs`] ([`snapshot_problem`]).
 pub fn base_for(inputs: &Inputs) -> crate::snapshot::Base {
-    let text = std::fs::read_to_string(effective::snapshot_path(&inputs.policy_path)).ok();
+    let path = effective::snapshot_path(&inputs.policy_path);
+    let text = crate::input::read_to_string(&path, crate::input::POLICY_LIMIT).ok();
     crate::snapshot::Base::parse(text.as_deref())
+}
+
+/// Why the policy's effective snapshot cannot be read, if something stands at its name that
+/// cannot (a FIFO, a device, a directory, a file over the bound, not UTF-8); a missing one is
+/// no problem (the first run writes it).
+pub fn snapshot_problem(policy_path: &Path) -> Option<Diagnostic> {
+    let path = effective::snapshot_path(policy_path);
+    let problem = match crate::input::read(&path, crate::input::POLICY_LIMIT) {
+        Err(e) if e.is_missing() => return None,
+        Err(e) => e.to_string(),
+        Ok(bytes) => std::str::from_utf8(&bytes).err().map(|e| format!("is not UTF-8 ({e})"))?,
+    };
+    Some(
+        Diagnostic::error(Code::Io, format!("cannot read the effective snapshot `{}`: {problem}", path.display()))
+            .at(diagnostic::Location::file(&path))
+            .hint(format!(
+                "the snapshot is a regular text file sanpolicy writes: remove `{}`, and `gen-makefiles` writes it again",
+                path.display()
+            )),
+    )
+}
+
+/// Why the arch Makefiles that name objects of `dirs` (directories under `arch/<arch>/`)
+/// cannot be read, one diagnostic per arch Makefile.
+pub fn arch_problems<'a>(tree: &Path, dirs: impl Iterator<Item = &'a str>) -> Diagnostics {
+    let mut arches: Vec<&str> = dirs.filter_map(|d| d.strip_prefix("arch/")?.split('/').next()).collect();
+    arches.sort_unstable();
+    arches.dedup();
+    let problems = arches.into_iter().filter_map(|a| crate::kbuild::arch::read_problem(tree, &format!("arch/{a}/")));
+    Diagnostics(problems.map(|d| *d).collect())
 }
 
 pub fn plan_for(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: Sweeping) -> Plan {

@@ -41,6 +41,19 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    if let Some(tree) = inputs.tree.as_deref() {
+        let dirs: Vec<String> = args
+            .objects
+            .iter()
+            .filter_map(|o| crate::policy::UnitPath::parse(&object_in_tree(o, Some(tree)), None).ok())
+            .map(|p| p.kbuild_dir)
+            .collect();
+        let problems = super::context::arch_problems(tree, dirs.iter().map(String::as_str));
+        if problems.has_errors() {
+            ui.report(&problems);
+            return EXIT_BAD_INPUT;
+        }
+    }
     let plan = inputs.tree.as_ref().map(|_| plan_for(&inputs, None, defaults, true, Sweeping::No));
     let mut json = Vec::new();
     for object in &args.objects {

@@ -220,16 +220,16 @@ pub fn analyse(
 /// trampoline does not join the kernel's graph (it defines its own `memcpy`). `None` when the
 /// build has no top `built-in.a` (then every `.ci` counts).
 fn linked_objects(build: &Path) -> Option<std::collections::HashSet<String>> {
-    let top = std::fs::read(build.join("built-in.a")).ok()?;
+    let top = crate::input::read(&build.join("built-in.a"), crate::input::BUILD_LIMIT).ok()?;
     // Thin archives name members relative to the archive's own directory.
     let mut archives = vec![(String::new(), top)];
     let mut libs = vec!["lib/".to_string()];
     if let Ok(arches) = std::fs::read_dir(build.join("arch")) {
         libs.extend(arches.flatten().filter_map(|e| Some(format!("arch/{}/lib/", e.file_name().to_str()?))));
     }
-    archives.extend(
-        libs.into_iter().filter_map(|dir| Some((dir.clone(), std::fs::read(build.join(dir).join("lib.a")).ok()?))),
-    );
+    archives.extend(libs.into_iter().filter_map(|dir| {
+        Some((dir.clone(), crate::input::read(&build.join(&dir).join("lib.a"), crate::input::BUILD_LIMIT).ok()?))
+    }));
     let mut out = std::collections::HashSet::new();
     for (dir, bytes) in archives {
         let Ok(archive) = object::read::archive::ArchiveFile::parse(bytes.as_slice()) else { continue };
@@ -271,7 +271,7 @@ fn load_units(tree: &Path, build: &Path) -> Result<Vec<(String, callgraph::Unit)
         });
     }
     parallel(&paths, |(object, path)| {
-        let text = std::fs::read_to_string(path).map_err(|e| Failure {
+        let text = crate::input::read_to_string(path, crate::input::BUILD_LIMIT).map_err(|e| Failure {
             message: format!("cannot read `{}`: {e}", path.display()),
             hint: "check the build directory's permissions".into(),
         })?;
@@ -291,7 +291,7 @@ fn load_units(tree: &Path, build: &Path) -> Result<Vec<(String, callgraph::Unit)
 fn read_objects(build: &Path, objects: &[String], runtime: &Runtime) -> Result<Vec<elf::Sites>, Failure> {
     parallel(objects, |object| {
         let path = build.join(object);
-        let bytes = std::fs::read(&path).map_err(|e| Failure {
+        let bytes = crate::input::read(&path, crate::input::BUILD_LIMIT).map_err(|e| Failure {
             message: format!("cannot read `{}`: {e}", path.display()),
             hint: "the object's `.ci` is there but the object is not: run derive again to rebuild".into(),
         })?;
