@@ -17,7 +17,7 @@ pub fn apply(policy: &Policy, diags: Diagnostics) -> Diagnostics {
                     Some(m) => format!("{} {m}", a.path),
                     None => a.path.clone(),
                 };
-                a.code == d.code.as_str()
+                a.code == d.code
                     && (subject == wanted || (a.mechanism.is_none() && subject.split(' ').next() == Some(&a.path)))
             })
         });

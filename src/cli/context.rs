@@ -179,7 +179,8 @@ pub fn plan_with_snapshot(
             (plan, base)
         }
         Err(_) => {
-            plan.diags.push(Diagnostic::error(Code::Io, "computing the effective snapshot failed (a sanpolicy bug)"));
+            plan.diags
+                .push(Diagnostic::error(Code::Internal, "computing the effective snapshot failed (a sanpolicy bug)"));
             (plan, base_for(inputs))
         }
     }

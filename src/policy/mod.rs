@@ -61,8 +61,9 @@ impl Layout {
 /// directive, a requirement this tree breaks). `check` lists it and does not fail on it.
 #[derive(Debug, Clone)]
 pub struct Acknowledgement {
-    /// The finding's diagnostic code (`missing-source`, `recursion-prone`, …).
-    pub code: String,
+    /// The finding's diagnostic code (`missing-source`, `recursion-prone`, …): one of the
+    /// acknowledgeable codes, parsed when the policy loads.
+    pub code: crate::diagnostic::Code,
     /// The unit or requirement path the finding is about.
     pub path: String,
     /// The mechanism, for findings about one (`recursion-prone`).
