@@ -249,6 +249,18 @@ fn cases() -> Vec<Case> {
         )
         .says("`drift` findings cannot be acknowledged"),
         policy_case(
+            "one condition spelled two ways",
+            "[[unit]]\npath = \"lib/plain.o\"\nskip = [\"kasan\"]\nwhen = \"ifeq ($(CONFIG_FOO),y)\"\nwhy = \"One.\"\n\n\
+             [[unit]]\npath = \"lib/plain.o\"\nforce = [\"kasan\"]\nwhen = \"ifeq '$(CONFIG_FOO)' 'y'\"\nwhy = \"Two.\"\n",
+            &[("duplicate-unit", "./sanitizer-policy.toml:13:8")],
+        ),
+        policy_case(
+            "ifdef and ifneq of one symbol",
+            "[[unit]]\npath = \"lib/plain.o\"\nskip = [\"kasan\"]\nwhen = \"ifdef CONFIG_FOO\"\nwhy = \"One.\"\n\n\
+             [[unit]]\npath = \"lib/plain.o\"\nskip = [\"kasan\"]\nwhen = \"ifneq ($(CONFIG_FOO), )\"\nwhy = \"Two.\"\n",
+            &[("duplicate-unit", "./sanitizer-policy.toml:13:8")],
+        ),
+        policy_case(
             "empty reason",
             "[[unit]]\npath = \"lib/plain.o\"\nskip = [\"kasan\"]\nwhy = \"  \"\n",
             &[("empty-reason", "./sanitizer-policy.toml:9:7")],
