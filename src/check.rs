@@ -8,17 +8,18 @@
 
 mod acknowledge;
 pub mod drift;
+pub mod judge;
 
 use std::path::Path;
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
+use crate::generate::snapshot::Base;
 use crate::generate::Plan;
 use crate::kbuild::dotconfig::DotConfig;
 use crate::kbuild::{arch, configs, has_source, DecidedBy, Rules};
 use crate::makefile::{self, kbuild_file, read_kbuild, KbuildFile};
 use crate::mechanism::MechId;
 use crate::policy::{expand_variants, Policy, Requirement};
-use crate::snapshot::Base;
 
 /// Every check; `tree` is `None` when only the policy is checked (the plan then holds the
 /// rendered fragments). `base` is the last generated state (the effective snapshot), which
@@ -60,7 +61,7 @@ pub fn run_for(
         }
         requirement(req, rules, tree, plan, config, &mut diags);
     }
-    acknowledge::apply(policy, diags)
+    acknowledge::apply(policy, diags, tree.is_some())
 }
 
 /// What writing `plan` would newly break, so `gen-makefiles` refuses it (nothing is written):
@@ -77,9 +78,9 @@ pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, ba
             u.settings.keys().any(|id| variants.iter().any(|v| base.has(v, *id)))
         })
     };
-    let missing = acknowledge::apply(policy, missing);
+    let missing = acknowledge::apply(policy, missing, true);
     for d in missing.0.into_iter().filter(|d| d.code == Code::MissingSource) {
-        if d.subject.as_deref().is_some_and(|s| !in_tree(s)) {
+        if d.subject.as_ref().is_some_and(|s| !in_tree(&s.path)) {
             out.push(Diagnostic { hint: Some("writing this line would add a dead exemption: fix the object name in the policy (or drop the unit)".into()), ..d });
         }
     }

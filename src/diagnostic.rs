@@ -203,6 +203,8 @@ codes! {
         "a requirement's object gets its mechanism's flags from a line that is not the mechanism's variable (`CFLAGS_x.o`, `ccflags-y`, … naming `$(CFLAGS_KASAN)` and the like)";
     CentralReset "central-reset" Drift false WritingOrJudging(2, 1),
         "central layout: the policy dropped a directory's line that the central file cannot reset exactly: writing refuses; to `check` and `--check` it is drift";
+    BadSnapshot "bad-snapshot" BadInput false Always(2),
+        "the effective snapshot cannot be read or fails validation (truncated, edited by hand, its checksum or tree line wrong): restore or regenerate it";
 }
 
 impl Code {
@@ -368,8 +370,60 @@ pub struct Diagnostic {
     pub label: Option<String>,
     /// How to fix it.
     pub hint: Option<String>,
-    /// What the finding is about (`path` or `path mechanism`), for `[[acknowledge]]`.
-    pub subject: Option<String>,
+    /// What the finding is about, for `[[acknowledge]]`.
+    pub subject: Option<Subject>,
+    /// The command that clears it, when one does (drift: `sync` or `gen-makefiles`).
+    pub fix: Option<Fix>,
+}
+
+/// Exit codes: 0 clean, 1 findings or drift, 2 bad input or usage (nothing was written).
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_FINDINGS: u8 = 1;
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// What a finding is about: the unit or requirement path it names (a directory, ending in `/`,
+/// for a finding on a directory unit; the object for a finding on an object) and the mechanism,
+/// for findings about one. An acknowledgement matches a finding's subject exactly.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Subject {
+    pub path: String,
+    pub mechanism: Option<crate::mechanism::MechId>,
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.mechanism {
+            Some(m) => write!(f, "`{}` `{m}`", self.path),
+            None => write!(f, "`{}`", self.path),
+        }
+    }
+}
+
+/// A command that clears a finding. Findings carry it typed, so that the closing line of a
+/// command is made from the same fixes as the findings' `help:` lines, rendered with the front
+/// end in use (`sanpolicy …` or `cargo xtask …`): two lines of output cannot contradict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fix {
+    /// Take the tree's changes into the policy (run first: it moves no kbuild line).
+    Sync,
+    /// Write the policy into the tree.
+    GenMakefiles,
+}
+
+impl Fix {
+    /// The command line, for the front end `program`.
+    pub fn command(self, program: &str) -> String {
+        match self {
+            Fix::Sync => format!("{program} sync"),
+            Fix::GenMakefiles => format!("{program} gen-makefiles"),
+        }
+    }
+
+    /// `fixes` as one sequence of commands to run in order (`a`, then `b`).
+    pub fn sequence(fixes: &std::collections::BTreeSet<Fix>, program: &str) -> String {
+        let steps: Vec<String> = fixes.iter().map(|f| format!("`{}`", f.command(program))).collect();
+        steps.join(", then ")
+    }
 }
 
 impl Diagnostic {
@@ -382,6 +436,7 @@ impl Diagnostic {
             label: None,
             hint: None,
             subject: None,
+            fix: None,
         }
     }
 
@@ -391,10 +446,13 @@ impl Diagnostic {
 
     /// Say what the finding is about, so a policy can acknowledge it.
     pub fn about(mut self, path: &str, mechanism: Option<crate::mechanism::MechId>) -> Diagnostic {
-        self.subject = Some(match mechanism {
-            Some(m) => format!("{path} {m}"),
-            None => path.to_string(),
-        });
+        self.subject = Some(Subject { path: path.to_string(), mechanism });
+        self
+    }
+
+    /// Say which command clears it.
+    pub fn fixed_by(mut self, fix: Fix) -> Diagnostic {
+        self.fix = Some(fix);
         self
     }
 

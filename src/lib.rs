@@ -7,8 +7,8 @@
 //! - [`makefile`]: reading kbuild files (assignments, conditionals, comments, generated blocks);
 //! - [`kbuild`]: the tree's rules, a make evaluator and the resolver of effective state;
 //! - [`emit`]: rendering directive lines and generated blocks;
-//! - [`generate`]: planning the new text of every file before writing;
-//! - [`snapshot`]: the effective snapshot read back as the last generated state;
+//! - [`generate`]: planning the new text of every file before writing, and the effective
+//!   snapshot, the memory of the last generation bound to its tree;
 //! - [`check`]: requirements, sources and drift;
 //! - [`output`]: the one atomic writer and the diffs;
 //! - [`diagnostic`]: one shape for every problem; [`cli`]: the shared command line;
@@ -29,4 +29,3 @@ pub mod mechanism;
 pub mod output;
 pub mod policy;
 pub mod review;
-pub mod snapshot;

@@ -267,7 +267,11 @@ fn gen_check_exit_codes() {
     assert_eq!(stale.code, 1, "{}", stale.both());
     assert_eq!(stale.stdout.matches("\n+# BEGIN sanpolicy generated block").count(), 3, "{}", stale.stdout);
     // The three kbuild files, and the effective-policy snapshot beside the policy.
-    assert!(stale.stderr.contains("error: 4 drift finding(s) (4 file(s) out of date)"), "{}", stale.stderr);
+    assert!(
+        stale.stderr.contains("error: 4 drift finding(s), 4 file(s) out of date; fix: `sanpolicy gen-makefiles`"),
+        "{}",
+        stale.stderr
+    );
     assert_unchanged(&before, &tree.fingerprint(), "gen-makefiles --check");
     assert_eq!(tree.run(&["gen-makefiles"]).code, 0);
     let clean = tree.run(&["gen-makefiles", "--check"]);
@@ -332,10 +336,8 @@ fn committed_effective_snapshot_is_current() {
     let policy_path = repo.join("policy/linux.toml");
     let (policy, diags) = policy::load(&policy_path);
     assert!(!diags.has_errors(), "{diags:?}");
-    let want = sanpolicy::review::effective::render(
-        &sanpolicy::review::effective::compute(&policy, &Rules::builtin()),
-        &policy_path,
-    );
+    use sanpolicy::generate::snapshot::{Binding, Snapshot};
+    let want = Snapshot::compute(&policy, &Rules::builtin(), Binding::None).render(&policy_path);
     let have = fs::read_to_string(repo.join("policy/linux.effective.txt")).unwrap();
     assert!(
         have == want,

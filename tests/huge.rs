@@ -158,7 +158,7 @@ fn a_directory_of_20k_units_has_its_effective_snapshot() {
     assert!(!diags.has_errors(), "{:?}", diags.iter().next());
     let rules = Rules::builtin();
     let effective = timed("effective snapshot of 20k units in one directory", || {
-        sanpolicy::review::effective::compute(&policy, &rules)
+        sanpolicy::generate::snapshot::compute(&policy, &rules)
     });
     let states: Vec<String> = effective.values().map(|e| e.state.label()).collect();
     assert_eq!(states.len(), 2 * UNITS);

@@ -23,7 +23,7 @@ const STAGES: &[&[&str]] = &[
     &["kbuild"],
     &["policy"],
     &["emit"],
-    &["generate", "snapshot"],
+    &["generate"],
     &["cargo", "check", "import", "derive"],
     &["review"],
     &["cli"],

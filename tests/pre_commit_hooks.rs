@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use sanpolicy::emit::central::CENTRAL_FILE;
-use sanpolicy::review::effective::snapshot_path;
+use sanpolicy::generate::snapshot::snapshot_path;
 
 /// The `files:` value of the hook, unquoted as YAML reads a single-quoted scalar.
 fn files_pattern() -> String {

@@ -6,20 +6,20 @@ use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::policy::Policy;
 
 /// `diags` with every acknowledged finding turned into a note carrying its reason, plus one
-/// error per acknowledgement that matched nothing.
-pub fn apply(policy: &Policy, diags: Diagnostics) -> Diagnostics {
+/// error per acknowledgement that matched nothing. Without a tree (`judged` false) the tree's
+/// findings were never looked for, so an acknowledgement matching nothing says nothing: it is
+/// judged stale only where its finding could have been found.
+pub fn apply(policy: &Policy, diags: Diagnostics, judged: bool) -> Diagnostics {
     let mut used = vec![false; policy.acknowledged.len()];
     let mut out = Diagnostics::default();
     for d in diags.0 {
-        let found = d.subject.as_deref().and_then(|subject| {
-            policy.acknowledged.iter().position(|a| {
-                let wanted = match a.mechanism {
-                    Some(m) => format!("{} {m}", a.path),
-                    None => a.path.clone(),
-                };
-                a.code == d.code
-                    && (subject == wanted || (a.mechanism.is_none() && subject.split(' ').next() == Some(&a.path)))
-            })
+        // Exactly the finding's subject: its path (a directory is not its objects) and its
+        // mechanism (an entry without one matches only findings about no mechanism).
+        let found = d.subject.as_ref().and_then(|subject| {
+            policy
+                .acknowledged
+                .iter()
+                .position(|a| a.code == d.code && subject.path == a.path && subject.mechanism == a.mechanism)
         });
         match found {
             Some(i) if d.is_error() || d.severity == crate::diagnostic::Severity::Warning => {
@@ -35,7 +35,7 @@ pub fn apply(policy: &Policy, diags: Diagnostics) -> Diagnostics {
         }
     }
     for (ack, used) in policy.acknowledged.iter().zip(used) {
-        if !used {
+        if !used && judged {
             out.push(
                 Diagnostic::error(
                     Code::StaleAcknowledgement,

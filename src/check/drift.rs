@@ -8,15 +8,15 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::diagnostic::{Code, Diagnostic, Diagnostics, LineIndex, Location};
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Fix, LineIndex, Location};
 
 use crate::emit::inplace::{existing_key, Edit};
+use crate::generate::snapshot::Base;
 use crate::generate::Plan;
 use crate::kbuild::Rules;
 use crate::mechanism::MechId;
 use crate::output::Change;
 use crate::policy::{expand_variants, Layout, Policy};
-use crate::snapshot::Base;
 
 /// Every drift finding of `plan` (whose `changes` include the snapshot's), against `base`.
 pub fn findings(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str) -> Diagnostics {
@@ -24,11 +24,10 @@ pub fn findings(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, progra
 }
 
 /// The drift findings where the tree moved since the last generation (a merge or a hand edit):
-/// writing the policy over them would lose that change, so `gen-makefiles` refuses them.
+/// writing the policy over them would lose that change, so `gen-makefiles` refuses them. On a
+/// first application (no snapshot of this tree) the policy's lines are written and a tree line
+/// the policy lacks is refused: nothing says the policy meant to drop it.
 pub fn tree_moved(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str) -> Diagnostics {
-    if !base.known {
-        return Diagnostics::default();
-    }
     Diagnostics(
         classified(policy, plan, rules, base, program).into_iter().filter(|(_, t)| *t).map(|(d, _)| d).collect(),
     )
@@ -82,6 +81,7 @@ fn stale_file(change: &Change, program: &str) -> Diagnostic {
         .hint(format!(
             "run `{program} gen-makefiles` and commit the result (`{program} gen-makefiles --check` shows the diff)"
         ))
+        .fixed_by(Fix::GenMakefiles)
 }
 
 /// The policy path a line of `dir` stands for.
@@ -122,7 +122,8 @@ fn edit_finding(
             (
                 Diagnostic::error(Code::Drift, message)
                     .at(u.setting_locations.get(mech).unwrap_or(&u.location).clone())
-                    .hint(hint),
+                    .hint(hint)
+                    .fixed_by(if was { Fix::Sync } else { Fix::GenMakefiles }),
                 was,
             )
         }
@@ -138,7 +139,8 @@ fn edit_finding(
             };
             let d = Diagnostic::error(Code::Drift, format!("`{}` is in the tree but not in the policy", text.trim()))
                 .at(lines.line(&change.path, old, *line))
-                .hint(hint);
+                .hint(hint)
+                .fixed_by(if was { Fix::GenMakefiles } else { Fix::Sync });
             (d, !was)
         }
         Edit::Changed { line, old: was, new } => {
@@ -156,7 +158,8 @@ fn edit_finding(
                 format!("`{}` differs from the policy, which says `{}`", was.trim(), new.trim()),
             )
             .at(lines.line(&change.path, old, *line))
-            .hint(hint);
+            .hint(hint)
+            .fixed_by(if tree_moved { Fix::Sync } else { Fix::GenMakefiles });
             (d, tree_moved)
         }
     }
@@ -209,7 +212,8 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
                         format!("`{text}` is in the tree but not in the policy"),
                     )
                     .at(loc)
-                    .hint(hint),
+                    .hint(hint)
+                    .fixed_by(if known { Fix::GenMakefiles } else { Fix::Sync }),
                     false,
                 ));
             }
@@ -254,6 +258,7 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<
                 )
                 .at(loc.clone())
                 .hint(hint)
+                .fixed_by(Fix::Sync)
             };
             let take_it = format!("run `{program} sync` to take it into the policy (the central file then repeats it)");
             out.push(match &u.reset {
@@ -264,10 +269,12 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<
                         format!("`{}` still applies: the policy no longer has `{path}` `{mech}` this way, and `{}` does not reset it yet", u.text, crate::emit::central::CENTRAL_FILE),
                     )
                     .at(loc)
-                    .hint(format!("run `{program} gen-makefiles` to write the reset line into `{}`", crate::emit::central::CENTRAL_FILE)),
+                    .hint(format!("run `{program} gen-makefiles` to write the reset line into `{}`", crate::emit::central::CENTRAL_FILE))
+                    .fixed_by(Fix::GenMakefiles),
                     false,
                 ),
-                Ok(_) => Verdict::Finding(unmanaged(take_it), base.known),
+                // New to the tree, or (a first application) not known to be the policy's to drop.
+                Ok(_) => Verdict::Finding(unmanaged(take_it), true),
                 Err(why) if policy_moved => Verdict::Unwritable(
                     Diagnostic::error(
                         Code::CentralReset,
@@ -295,11 +302,7 @@ fn written_resets(plan: &Plan) -> std::collections::BTreeMap<String, BTreeSet<(S
 
 /// The snapshot `plan` would write: what the policy says now.
 fn planned_snapshot(plan: &Plan) -> Base {
-    plan.changes
-        .iter()
-        .find(|c| c.display.ends_with(".effective.txt"))
-        .map(|c| Base::parse(c.new.as_deref()))
-        .unwrap_or_default()
+    plan.snapshot.as_ref().map(|s| s.as_now()).unwrap_or_default()
 }
 
 /// Central layout: what the policy dropped that the central file cannot reset. Writing would

@@ -3,8 +3,8 @@
 use clap::Args;
 
 use super::context::{display, inputs, plan_with_snapshot, start_sweep, CommonArgs, Sweeping, Ui};
-use super::{Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
-use crate::check;
+use super::{Defaults, EXIT_BAD_INPUT};
+use crate::check::judge::{judge, Mode};
 use crate::diagnostic::{Code, Diagnostic, Location};
 
 #[derive(Debug, Args)]
@@ -66,13 +66,13 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         }
     };
     let (plan, base) = plan_with_snapshot(&inputs, None, defaults, false, Sweeping::yes(early));
-    let mut diags = plan.diags.clone();
     let tree = inputs.tree.as_deref();
-    diags.extend(check::run_for(&inputs.policy, &inputs.rules, tree, &plan, &base, &defaults.program, config.as_ref()));
+    let mode = Mode::Full { config: config.as_ref() };
+    let mut diags = judge(&inputs.policy, &inputs.rules, tree, &plan, &base, mode, &defaults.program).diags;
     if args.strict {
         // One error per placeholder replaces the summary warning.
         diags.0.retain(|d| d.code != Code::PlaceholderReason);
-        diags.extend(check::placeholder_errors(&inputs.policy));
+        diags.extend(crate::check::placeholder_errors(&inputs.policy));
     }
     if let Some(ws) = &args.workspace {
         diags.extend(workspace_findings(&inputs.policy, &inputs.policy_path, ws, defaults));
@@ -82,15 +82,12 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let shown =
         diags.iter().filter(|d| if args.quiet { d.is_error() } else { args.verbose || d.code != Code::NotApplicable });
     ui.report(&crate::diagnostic::Diagnostics(shown.cloned().collect()));
-    let errors = diags.iter().filter(|d| d.is_error()).count();
     eprintln!("{}", summary(&inputs.policy, &inputs.policy_path, &diags));
-    if diags.has_bad_input() {
-        EXIT_BAD_INPUT
-    } else if errors > 0 {
-        EXIT_FINDINGS
-    } else {
-        EXIT_OK
+    let fixes: std::collections::BTreeSet<_> = diags.iter().filter(|d| d.is_error()).filter_map(|d| d.fix).collect();
+    if !fixes.is_empty() {
+        eprintln!("fix the drift: {}", crate::diagnostic::Fix::sequence(&fixes, &defaults.program));
     }
+    crate::check::judge::exit_code_of(&diags)
 }
 
 /// `gen-cargo --check`'s findings, as diagnostics (drift becomes one `stale-file` error).

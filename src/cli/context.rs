@@ -8,11 +8,11 @@ use clap::Args;
 
 use super::{Defaults, EXIT_BAD_INPUT};
 use crate::diagnostic::{self, Code, Diagnostic, Diagnostics, Sources};
+use crate::generate::snapshot::{self, Base, Binding, Snapshot};
 use crate::generate::{self, Plan};
 use crate::kbuild::Rules;
 use crate::output::{self, Change, TreeLock, LOCK_WAIT};
 use crate::policy::{self, Policy};
-use crate::review::effective;
 
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
@@ -109,7 +109,6 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
         let dirs = policy.units.iter().map(|u| &u.path).chain(policy.requirements.iter().map(|r| &r.path));
         diags.extend(arch_problems(tree, dirs.map(|p| p.kbuild_dir.as_str())));
     }
-    diags.0.extend(snapshot_problem(&policy_path));
     if diags.has_bad_input() {
         ui.report(&diags.sorted());
         return Err(EXIT_BAD_INPUT);
@@ -167,64 +166,53 @@ pub fn plan_with_snapshot(
     defaults: &Defaults,
     force: bool,
     sweep: Sweeping,
-) -> (Plan, crate::snapshot::Base) {
+) -> (Plan, Base) {
     let (mut plan, snapshot) = std::thread::scope(|scope| {
-        let snapshot = scope.spawn(|| (effective_snapshot(inputs, out), base_for(inputs)));
+        let snapshot = scope.spawn(|| (effective_snapshot(inputs, out), base_for(inputs, out, &defaults.program)));
         let plan = plan_for(inputs, out, defaults, force, sweep);
         (plan, snapshot.join())
     });
-    match snapshot {
-        Ok((change, base)) => {
-            plan.changes.push(change);
-            (plan, base)
-        }
-        Err(_) => {
-            plan.diags
-                .push(Diagnostic::error(Code::Internal, "computing the effective snapshot failed (a sanpolicy bug)"));
-            (plan, base_for(inputs))
-        }
+    let Ok(((snapshot, change), base)) = snapshot else {
+        plan.diags.push(Diagnostic::error(Code::Internal, "computing the effective snapshot failed (a sanpolicy bug)"));
+        return (plan, Base::default());
+    };
+    plan.changes.push(change);
+    plan.snapshot = Some(snapshot);
+    let base = base.unwrap_or_else(|d| {
+        plan.diags.push(*d);
+        Base::default()
+    });
+    (plan, base)
+}
+
+/// What the run's snapshot is bound to: the tree, unless fragments are written (`--out`, or no
+/// tree at all), which are no tree's generation.
+pub fn binding(inputs: &Inputs, out: Option<&Path>) -> Binding {
+    match out {
+        Some(_) => Binding::None,
+        None => Binding::of(&inputs.policy_path, inputs.tree.as_deref()),
     }
 }
 
-/// The committed effective-policy snapshot: beside the policy, or in `--out` when given. It is
-/// computed from the policy's blocks alone, so it reads the same with or without a tree.
-fn effective_snapshot(inputs: &Inputs, out: Option<&Path>) -> crate::output::Change {
-    let beside = effective::snapshot_path(&inputs.policy_path);
+/// The committed effective-policy snapshot: beside the policy, or in `--out` when given. Its
+/// body is computed from the policy's blocks alone, so it reads the same with or without a
+/// tree; its binding names the tree it was written for.
+fn effective_snapshot(inputs: &Inputs, out: Option<&Path>) -> (Snapshot, Change) {
+    let beside = snapshot::snapshot_path(&inputs.policy_path);
     let path = match out {
         Some(dir) => dir.join(beside.file_name().unwrap_or_default()),
         None => beside,
     };
-    let mut change = effective::snapshot_change(&inputs.policy, &inputs.rules, &path, &inputs.policy_path);
+    let snapshot = Snapshot::compute(&inputs.policy, &inputs.rules, binding(inputs, out));
+    let mut change = snapshot::snapshot_change(&snapshot, &path, &inputs.policy_path);
     change.display = display(&path);
-    change
+    (snapshot, change)
 }
 
-/// The last generated state, for telling which side of a drift moved: the committed snapshot.
-/// One that cannot be read was refused by [`inputs`] ([`snapshot_problem`]).
-pub fn base_for(inputs: &Inputs) -> crate::snapshot::Base {
-    let path = effective::snapshot_path(&inputs.policy_path);
-    let text = crate::input::read_to_string(&path, crate::input::POLICY_LIMIT).ok();
-    crate::snapshot::Base::parse(text.as_deref())
-}
-
-/// Why the policy's effective snapshot cannot be read, if something stands at its name that
-/// cannot (a FIFO, a device, a directory, a file over the bound, not UTF-8); a missing one is
-/// no problem (the first run writes it).
-pub fn snapshot_problem(policy_path: &Path) -> Option<Diagnostic> {
-    let path = effective::snapshot_path(policy_path);
-    let problem = match crate::input::read(&path, crate::input::POLICY_LIMIT) {
-        Err(e) if e.is_missing() => return None,
-        Err(e) => e.to_string(),
-        Ok(bytes) => std::str::from_utf8(&bytes).err().map(|e| format!("is not UTF-8 ({e})"))?,
-    };
-    Some(
-        Diagnostic::error(Code::Io, format!("cannot read the effective snapshot `{}`: {problem}", path.display()))
-            .at(diagnostic::Location::file(&path))
-            .hint(format!(
-                "the snapshot is a regular text file sanpolicy writes: remove `{}`, and `gen-makefiles` writes it again",
-                path.display()
-            )),
-    )
+/// The last generated state, for telling which side of a drift moved: the committed snapshot,
+/// validated, when it was written for this tree (else unknown: a first application).
+pub fn base_for(inputs: &Inputs, out: Option<&Path>, program: &str) -> Result<Base, Box<Diagnostic>> {
+    snapshot::read_base(&inputs.policy_path, &binding(inputs, out), program)
 }
 
 /// Why the arch Makefiles that name objects of `dirs` (directories under `arch/<arch>/`)

@@ -6,8 +6,7 @@ use clap::Args;
 
 use super::context::{display, inputs, lock_tree, plan_with_snapshot, start_sweep, write, CommonArgs, Sweeping, Ui};
 use super::{summary, Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
-use crate::diagnostic::Diagnostics;
-use crate::output;
+use crate::check::judge::{judge, Mode};
 
 #[derive(Debug, Args)]
 pub struct GenArgs {
@@ -52,68 +51,34 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let sweep = !args.check || args.sweep || inputs.policy.layout == crate::policy::Layout::InPlace;
     let sweep = if sweep { Sweeping::yes(early) } else { Sweeping::No };
     let (plan, base) = plan_with_snapshot(&inputs, args.out.as_deref(), defaults, args.force, sweep);
-    let blocking = plan.diags.clone().sorted();
-    if blocking.has_errors() {
-        ui.report(&blocking);
-        // In --check mode a hand-edited block is drift like any other (exit 1); writing it
-        // would lose the edit, so a write refuses as for bad input (exit 2).
-        if args.check && !blocking.has_bad_input() {
-            eprintln!("error: generated files are out of date; move the hand edit into the policy, then run `{} gen-makefiles --force`", defaults.program);
-            return EXIT_FINDINGS;
-        }
-        eprintln!("error: nothing was written");
-        return EXIT_BAD_INPUT;
-    }
-    ui.report(&blocking);
-    let stale: Vec<_> = plan.changes.iter().filter(|c| !c.is_noop()).collect();
     let tree = inputs.tree.as_deref().filter(|_| args.out.is_none());
+    let mode = if args.check { Mode::Drift } else { Mode::Write { force: args.force } };
+    let verdict = judge(&inputs.policy, &inputs.rules, tree, &plan, &base, mode, &defaults.program);
+    let stale = verdict.stale.len();
     if args.check {
-        // The same drift `check` and the hook report: stale files, and lines the policy does not own.
-        let drift = match tree {
-            Some(_) => crate::check::drift::findings(&inputs.policy, &plan, &inputs.rules, &base, &defaults.program),
-            None => Default::default(),
-        };
-        for c in &stale {
-            out!("{}", c.diff());
+        for i in &verdict.stale {
+            out!("{}", plan.changes[*i].diff());
         }
-        ui.report(&drift.clone().sorted());
-        if stale.is_empty() && drift.is_empty() {
+        ui.report(&verdict.diags);
+        let code = verdict.exit_code();
+        if code == EXIT_OK {
             eprintln!("{} generated file(s) up to date", plan.changes.len());
-            return EXIT_OK;
+        } else if code == EXIT_FINDINGS {
+            let drift = verdict.diags.iter().filter(|d| d.is_error()).count();
+            let fix = verdict.fix_line(&defaults.program).unwrap_or_else(|| "follow each `help:` above".into());
+            eprintln!("error: {drift} drift finding(s), {stale} file(s) out of date; fix: {fix}");
+        } else {
+            eprintln!("error: the check could not be made (see above)");
         }
-        eprintln!(
-            "error: {} drift finding(s) ({} file(s) out of date); follow each `help:` above (`{} gen-makefiles` writes the policy, `{} sync` takes the tree's changes into it)",
-            drift.0.len(),
-            stale.len(),
-            defaults.program,
-            defaults.program
-        );
-        return EXIT_FINDINGS;
+        return code;
     }
-    if let Some(tree) = tree {
-        let mut refused = Diagnostics::default();
-        if !args.force {
-            refused.extend(crate::check::drift::tree_moved(
-                &inputs.policy,
-                &plan,
-                &inputs.rules,
-                &base,
-                &defaults.program,
-            ));
+    ui.report(&verdict.diags);
+    if !verdict.may_write {
+        match verdict.fix_line(&defaults.program) {
+            Some(fix) => eprintln!("error: nothing was written; fix: {fix}"),
+            None => eprintln!("error: nothing was written"),
         }
-        refused.extend(crate::check::drift::unwritable(&inputs.policy, &plan, &base, &defaults.program));
-        refused.extend(crate::check::new_problems(&inputs.policy, &inputs.rules, tree, &plan, &base));
-        if refused.has_errors() {
-            ui.report(&refused.sorted());
-            eprintln!("error: nothing was written");
-            return EXIT_BAD_INPUT;
-        }
-    }
-    let unwritable = output::preflight(&plan.changes);
-    if unwritable.has_errors() {
-        ui.report(&unwritable);
-        eprintln!("error: nothing was written");
-        return EXIT_BAD_INPUT;
+        return verdict.exit_code();
     }
     if write(lock.as_ref(), &plan.changes, ui).is_err() {
         return EXIT_BAD_INPUT;
@@ -132,7 +97,7 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             &display(&inputs.policy_path),
             &display(&target),
             plan.changes.len(),
-            stale.len()
+            stale
         )
     );
     EXIT_OK

@@ -7,7 +7,7 @@ use clap::Args;
 use super::context::{display, lock_tree, rules_for_tree, write, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
-use crate::review::effective;
+use crate::generate::snapshot::{self as effective, Binding, Snapshot};
 use crate::{import, output, policy};
 
 #[derive(Debug, Args)]
@@ -83,9 +83,10 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             old: crate::input::read_to_string(&out, crate::input::POLICY_LIMIT).ok(),
             new: Some(text.clone()),
         });
-        // The policy's effective-instrumentation snapshot starts out in sync, as gen-makefiles keeps it.
-        let snapshot = effective::snapshot_path(&out);
-        changes.push(effective::snapshot_change(&policy, &rules, &snapshot, &out));
+        // The policy's effective-instrumentation snapshot starts out in sync, as gen-makefiles
+        // keeps it: the tree's lines are the policy's, so it is this tree's last generation.
+        let snapshot = Snapshot::compute(&policy, &rules, Binding::of(&out, Some(&tree)));
+        changes.push(effective::snapshot_change(&snapshot, &effective::snapshot_path(&out), &out));
     }
     if args.adopt {
         match adoption(&policy, &scan, &rules, &tree) {

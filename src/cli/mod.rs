@@ -36,10 +36,7 @@ use clap::{Parser, Subcommand};
 
 use context::{CommonArgs, Ui};
 
-/// Exit codes: 0 clean, 1 findings or drift, 2 bad input or usage.
-pub const EXIT_OK: u8 = 0;
-pub const EXIT_FINDINGS: u8 = 1;
-pub const EXIT_BAD_INPUT: u8 = 2;
+pub use crate::diagnostic::{EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
 
 /// What differs between the two front ends.
 #[derive(Debug, Clone)]

@@ -2,12 +2,11 @@
 
 use clap::Args;
 
-use super::context::{base_for, display, inputs, lock_tree, plan_with_snapshot, write, CommonArgs, Sweeping, Ui};
+use super::context::{base_for, display, inputs, lock_tree, write, CommonArgs, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
+use crate::generate::snapshot::{self, Snapshot};
 use crate::output::Change;
-use crate::review::effective;
-use crate::snapshot::Base;
 use crate::{import, policy};
 
 #[derive(Debug, Args)]
@@ -30,23 +29,14 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         return EXIT_BAD_INPUT;
     };
     let main = inputs.policy.files.first().map(|(_, t)| t.clone()).unwrap_or_default();
-    let base = base_for(&inputs);
-    if !base.known {
-        ui.report(&Diagnostics(vec![Diagnostic::error(
-            Code::Io,
-            format!(
-                "no effective snapshot beside `{}`: sync compares with the last generated state",
-                display(&inputs.policy_path)
-            ),
-        )
-        .hint(format!(
-            "run `{} gen-makefiles` once (it writes the snapshot), then sync after each merge",
-            defaults.program
-        ))]));
-        return EXIT_BAD_INPUT;
-    }
-    let now =
-        Base::parse(Some(&effective::render(&effective::compute(&inputs.policy, &inputs.rules), &inputs.policy_path)));
+    let base = match base_for(&inputs, None, &defaults.program) {
+        Ok(base) => base,
+        Err(d) => {
+            ui.report(&Diagnostics(vec![*d]));
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let now = Snapshot::compute(&inputs.policy, &inputs.rules, super::context::binding(&inputs, None)).as_now();
     // A hand-edited block is what sync takes back, so it is read; a file it cannot read at all
     // (broken markers) would lose its units: refused.
     let scan = import::scan_edited(&tree, &inputs.rules);
@@ -85,8 +75,16 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         new: Some(synced.text.clone()),
     }];
     let synced_inputs = super::context::Inputs { policy, ..inputs };
-    let (plan, _) = plan_with_snapshot(&synced_inputs, None, defaults, false, Sweeping::No);
-    changes.extend(plan.changes.into_iter().filter(|c| c.display.ends_with(".effective.txt")));
+    // The snapshot of the synced policy, but where the policy is still ahead of the tree it
+    // keeps the last generation's state: that part is not generated yet.
+    let binding = super::context::binding(&synced_inputs, None);
+    let snapshot =
+        Snapshot::compute(&synced_inputs.policy, &synced_inputs.rules, binding).keeping(&base, &synced.pending_keys);
+    let path = snapshot::snapshot_path(&synced_inputs.policy_path);
+    let mut change = snapshot::snapshot_change(&snapshot, &path, &synced_inputs.policy_path);
+    change.display = display(&path);
+    changes.push(change);
+    ui.report(&synced.pending);
     if args.check {
         let stale = changes.iter().any(|c| !c.is_noop());
         eprintln!(
@@ -112,6 +110,13 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             synced.added.len(),
             synced.removed.len(),
             synced.changed.len()
+        );
+    }
+    if !synced.pending.is_empty() {
+        eprintln!(
+            "the policy is ahead of the tree in {} place(s) (notes above): run `{}` to write them",
+            synced.pending.0.len(),
+            crate::diagnostic::Fix::GenMakefiles.command(&defaults.program)
         );
     }
     EXIT_OK

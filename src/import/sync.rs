@@ -4,7 +4,12 @@
 //! state (the effective snapshot): a line the tree gained (a merge, a hand edit) becomes a unit
 //! with its comment paragraph as the reason; a line the tree lost drops its unit's setting; a
 //! value the tree changed updates the unit. Where the *policy* moved instead (a unit added or
-//! dropped but not generated yet), sync refuses: `gen-makefiles` is what moves the tree then.
+//! dropped but not generated yet), sync leaves that key alone and lists it as pending:
+//! `gen-makefiles` is what moves the tree there, and the snapshot sync writes keeps the last
+//! generation's state for it, so the next `gen-makefiles` still sees the policy as ahead. The
+//! tree's independent lines are taken all the same: no help line sends `sync` and
+//! `gen-makefiles` to each other. Without a snapshot of this tree (a first application) the
+//! tree's lines the policy lacks are taken and the policy's own lines are pending.
 //! The policy file is edited with toml_edit, so reasons, links, comments and the order of
 //! untouched units stay as they are. No kbuild file is changed.
 
@@ -16,9 +21,9 @@ use super::scan::Scan;
 use super::ImportedUnit;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::emit::inplace::canonical_when;
+use crate::generate::snapshot::Base;
 use crate::mechanism::{Form, MechId};
 use crate::policy::{expand_variants, Policy, Setting};
-use crate::snapshot::Base;
 
 /// What one line or unit setting says: skip/force and the exact value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +42,11 @@ pub struct Synced {
     pub added: Vec<String>,
     pub removed: Vec<String>,
     pub changed: Vec<String>,
+    /// Where the policy is ahead of the tree (notes, each at its unit): `gen-makefiles` writes them.
+    pub pending: Diagnostics,
+    /// The `(path, mechanism)` pairs of those keys, every spelling: the snapshot sync writes
+    /// keeps the last generation's state for them.
+    pub pending_keys: Vec<(String, MechId)>,
 }
 
 impl Synced {
@@ -134,17 +144,22 @@ pub fn sync(
     let ours = policy_side(policy);
     let main = policy.files.first().map(|(p, _)| p.clone()).unwrap_or_default();
     let mut ahead = Diagnostics::default();
+    let mut pending = Diagnostics::default();
+    let mut pending_keys = Vec::new();
     let mut add: Vec<(Key, Said, usize)> = Vec::new();
     let mut drop: Vec<(Key, usize)> = Vec::new();
     let mut change: Vec<(Key, Said, usize)> = Vec::new();
-    let mut refuse = |unit: Option<usize>, message: String| {
-        let mut d = Diagnostic::error(Code::Drift, message).hint(format!(
-            "the policy is ahead of the tree here: run `{program} gen-makefiles` first to write it, then `{program} sync`"
-        ));
+    let mut refuse = |key: &Key, unit: Option<usize>, message: String| {
+        let mut d = Diagnostic::note(Code::Drift, message)
+            .hint(format!("the policy is ahead of the tree here: `{program} gen-makefiles` writes it"));
+        let vars = unit.map(|u| policy.units[u].vars.clone()).unwrap_or_default();
         if let Some(u) = unit {
             d = d.at(policy.units[u].location.clone());
         }
-        ahead.push(d);
+        let path = unit_path(&key.0, key.1.as_deref());
+        pending_keys.extend(expand_variants(&path, &vars).into_iter().map(|p| (p, key.3)));
+        pending_keys.push((path, key.3));
+        pending.push(d.fixed_by(crate::diagnostic::Fix::GenMakefiles));
     };
     for (key, (said, t)) in &tree {
         match ours.get(key) {
@@ -157,6 +172,7 @@ pub fn sync(
                 add.push((key.clone(), said.clone(), *t))
             }
             None => refuse(
+                key,
                 None,
                 format!(
                     "the policy dropped `{}` `{}`, which the tree still has",
@@ -171,7 +187,7 @@ pub fn sync(
                 if base.known && !policy_moved {
                     change.push((key.clone(), said.clone(), *u));
                 } else {
-                    refuse(Some(*u), format!("the policy changed `{path}` `{}` since the last generation", key.3));
+                    refuse(key, Some(*u), format!("the policy changed `{path}` `{}` since the last generation", key.3));
                 }
             }
             Some(_) => {}
@@ -185,6 +201,7 @@ pub fn sync(
             drop.push((key.clone(), *u));
         } else {
             refuse(
+                key,
                 Some(*u),
                 format!(
                     "`{}` `{}` is in the policy but not written to the tree yet",
@@ -208,7 +225,10 @@ pub fn sync(
     if ahead.has_errors() {
         return Err(ahead);
     }
-    edit(policy, text, units, &add, &drop, &change)
+    let mut synced = edit(policy, text, units, &add, &drop, &change)?;
+    synced.pending = pending;
+    synced.pending_keys = pending_keys;
+    Ok(synced)
 }
 
 fn edit(
@@ -225,9 +245,23 @@ fn edit(
     let mut out = Synced::default();
     let mut tables: Vec<Option<Table>> = match doc.remove("unit") {
         Some(Item::ArrayOfTables(aot)) => aot.into_iter().map(Some).collect(),
-        Some(other) => {
+        // An inline array (`unit = [{ … }, …]`) is valid TOML, but editing it would mean
+        // rewriting it whole: refused, the policy byte for byte as it was.
+        Some(other) if add.is_empty() && drop.is_empty() && change.is_empty() => {
             doc.insert("unit", other);
             Vec::new()
+        }
+        Some(_) => {
+            let d = Diagnostic::error(
+                Code::Unsupported,
+                "the policy's units are an inline array (`unit = [...]`), which sync cannot edit in place",
+            )
+            .hint("write each unit as a `[[unit]]` table (as `sanpolicy import` writes them), then rerun `sync`");
+            let d = match policy.units.first() {
+                Some(u) => d.at(u.location.clone()),
+                None => d,
+            };
+            return Err(Diagnostics(vec![d]));
         }
         None => Vec::new(),
     };

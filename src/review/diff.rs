@@ -6,8 +6,8 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use super::effective::{self, dir_files, state_at, Effective};
 use crate::diagnostic::{Code, Diagnostic};
+use crate::generate::snapshot::{self as effective, dir_files, state_at, Effective};
 use crate::kbuild::configs::State;
 use crate::kbuild::Rules;
 use crate::mechanism::MechId;

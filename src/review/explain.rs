@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::effective::dir_file;
+use crate::generate::snapshot::dir_file;
 use crate::generate::Plan;
 use crate::kbuild::configs::{self, State};
 use crate::kbuild::dotconfig::DotConfig;
@@ -98,7 +98,7 @@ pub fn explain_for(
 ) -> Result<Explanation, String> {
     let path = UnitPath::parse(object, None).map_err(|(m, h)| format!("{m}: {h}"))?;
     let path = policy.units.iter().find(|u| u.path.text == path.text).map_or(path, |u| u.path.clone());
-    let rel = path.object.clone().unwrap_or_else(|| super::effective::ANY_OBJECT.to_string());
+    let rel = path.object.clone().unwrap_or_else(|| crate::generate::snapshot::ANY_OBJECT.to_string());
     let (file, kbuild_path) = file_for(policy, rules, tree, plan, &path.kbuild_dir);
     let preset = arch::preset(tree, &path.kbuild_dir, &file, &rel, config);
     let mut prepared = match config {

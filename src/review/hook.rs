@@ -393,16 +393,25 @@ pub fn pre_commit_started(
     // Read while git lists what is staged: what was last generated (drift needs it whenever a
     // kbuild file is staged, the usual commit in a kernel tree), and the committed policy (the
     // staged one, unless the commit changes it).
-    let snapshot_rel = crate::review::effective::snapshot_path(&policy_rel).display().to_string();
+    use crate::generate::snapshot::{self, Binding, Snapshot};
+    let snapshot_rel = snapshot::snapshot_path(&policy_rel).display().to_string();
+    let binding = Binding::of(policy_path, Some(tree));
     let snapshot_spec = format!("HEAD:{snapshot_rel}");
     let mut ahead = vec![snapshot_spec.clone()];
     let policy_files = on_disk.iter().flat_map(|p| &p.files).filter_map(|(p, _)| in_repo(p, &repo));
     ahead.extend(policy_files.map(|rel| format!("HEAD:{rel}")));
     blobs.prefetch(ahead).map_err(|e| e.to_string())?;
-    let base_text =
-        blobs.get(&snapshot_spec).map_err(|e| e.to_string())?.map(|b| String::from_utf8_lossy(&b).into_owned());
+    let base_bytes = blobs.get(&snapshot_spec).map_err(|e| e.to_string())?;
     let blobs = std::cell::RefCell::new(blobs);
-    let base = crate::snapshot::Base::parse(base_text.as_deref());
+    // The committed snapshot is the base of every "which side moved": validated like on disk.
+    let base = match base_bytes {
+        None => Ok(snapshot::Base::default()),
+        Some(bytes) => snapshot::base_from_bytes(&shown(&repo.join(&snapshot_rel)), bytes, &binding, "sanpolicy"),
+    };
+    let base = base.unwrap_or_else(|d| {
+        outcome.diags.push(*d);
+        snapshot::Base::default()
+    });
     let staged_out = staged_run.wait_with_output().map_err(|e| e.to_string())?;
     if !staged_out.status.success() {
         return Err(format!("git diff --cached: {}", String::from_utf8_lossy(&staged_out.stderr).trim()));
@@ -419,7 +428,13 @@ pub fn pre_commit_started(
     }
     entries.retain(|e| e.utf8);
     let staged: Vec<String> = entries.iter().map(|e| e.path.clone()).collect();
-    let deleted: BTreeSet<String> = entries.iter().filter(|e| e.id.is_none()).map(|e| e.path.clone()).collect();
+    // The kernel tree may be a subdirectory of the repository (`linux/`): kbuild paths are
+    // judged relative to the tree's top, as the policy names them; git is asked with the prefix.
+    let prefix = tree_prefix(tree, &repo)?;
+    let in_tree = |path: &String| path.strip_prefix(&prefix).map(str::to_string);
+    let kbuild_staged: Vec<String> = staged.iter().filter_map(in_tree).collect();
+    let deleted: BTreeSet<String> =
+        entries.iter().filter(|e| e.id.is_none()).filter_map(|e| in_tree(&e.path)).collect();
     blobs.borrow_mut().staged = Some(entries.into_iter().map(|e| (e.path, e.id)).collect());
     let loaded = match on_disk.filter(|p| same_as_staged(p, &repo, &blobs)) {
         Some(p) => Some((p, Diagnostics::default())),
@@ -448,15 +463,18 @@ pub fn pre_commit_started(
     }
     let policy_files: BTreeSet<String> = policy.files.iter().filter_map(|(p, _)| in_repo(p, &repo)).collect();
     let policy_changed = staged.iter().any(|s| policy_files.contains(s));
-    let mut dirs: BTreeSet<String> = staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
+    let mut dirs: BTreeSet<String> =
+        kbuild_staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
     if policy_changed {
         // Only directories whose units the change alters can have drifted because of it; the
         // committed policy is parsed only then (it costs as much as the staged one).
         let head_policy = policy_from(&blobs, &repo, "HEAD:", &policy_rel).map(|(old, _)| old);
         let old = head_policy.as_ref().map(units_by_dir).unwrap_or_default();
         let new = units_by_dir(&policy);
+        // Another layout writes every directory anew.
+        let relaid = head_policy.as_ref().is_some_and(|old| old.layout != policy.layout);
         for dir in new.keys().chain(old.keys()) {
-            if new.get(dir) != old.get(dir) {
+            if relaid || new.get(dir) != old.get(dir) {
                 dirs.insert(dir.clone());
             }
         }
@@ -464,23 +482,26 @@ pub fn pre_commit_started(
     // The central layout's one file holds every directory's lines: a staged kbuild file (or the
     // central file, or the Makefile.build that includes it) is judged with all of them.
     let central = policy.layout == crate::policy::Layout::Central;
-    if central && (!dirs.is_empty() || staged.iter().any(|s| CENTRAL_INPUTS.contains(&s.as_str()))) {
+    if central && (!dirs.is_empty() || kbuild_staged.iter().any(|s| CENTRAL_INPUTS.contains(&s.as_str()))) {
         dirs.extend(policy.units_by_dir().keys().map(|d| d.to_string()));
     }
     let mut blobs = blobs.into_inner();
     let mut fetch = |spec: String| blobs.get(&spec).map_err(|e| e.to_string());
     // The policy and its snapshot travel together: a staged policy needs its staged snapshot.
     if policy_changed || staged.contains(&snapshot_rel) {
-        let want = crate::review::effective::render(&crate::review::effective::compute(&policy, rules), &policy_rel);
+        // The whole text, as `gen-makefiles --check` compares it: its header is the same
+        // whoever writes it, and its binding and checksum are part of what is committed.
+        let want = Snapshot::compute(&policy, rules, binding.clone()).render(&policy_rel);
         let have = fetch(format!(":0:{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
-        if snapshot_body(have.as_deref()) != snapshot_body(Some(&want)) {
+        if have.as_deref() != Some(want.as_str()) {
             outcome.diags.push(
                 Diagnostic::error(
                     Code::StaleFile,
                     format!("the staged `{snapshot_rel}` does not match the staged policy"),
                 )
                 .at(Location::file(&repo.join(&snapshot_rel)))
-                .hint(format!("run `sanpolicy gen-makefiles` and `git add {snapshot_rel}`")),
+                .hint(format!("run `sanpolicy gen-makefiles` and `git add {snapshot_rel}`"))
+                .fixed_by(crate::diagnostic::Fix::GenMakefiles),
             );
         }
     }
@@ -488,13 +509,24 @@ pub fn pre_commit_started(
         return Ok(outcome);
     }
     let written = [policy_rel.display().to_string(), snapshot_rel];
-    staged_drift(&repo, &policy, rules, &dirs, &deleted, &base, &written, &mut blobs, &mut outcome)?;
+    let at = Top { dir: repo.join(&prefix), prefix };
+    staged_drift(&at, &policy, rules, &dirs, &deleted, &base, &written, &mut blobs, &mut outcome)?;
     Ok(outcome)
 }
 
-/// The snapshot without its header, which names how it was generated.
-fn snapshot_body(text: Option<&str>) -> Option<Vec<&str>> {
-    text.map(|t| t.lines().filter(|l| !l.starts_with('#')).collect())
+/// The tree's top inside the repository: its directory, and its path there as a git path
+/// prefix (`linux/`, or empty when the tree is the repository).
+struct Top {
+    dir: PathBuf,
+    prefix: String,
+}
+
+/// `tree`'s path inside the repository at `repo`, as a prefix of git paths.
+fn tree_prefix(tree: &Path, repo: &Path) -> Result<String, String> {
+    let top = tree.canonicalize().map_err(|e| format!("{}: {e}", tree.display()))?;
+    let rel = top.strip_prefix(repo).map_err(|_| format!("`{}` is not inside `{}`", tree.display(), repo.display()))?;
+    let rel = rel.to_str().ok_or_else(|| format!("`{}` is not a UTF-8 path", tree.display()))?;
+    Ok(if rel.is_empty() { String::new() } else { format!("{rel}/") })
 }
 
 /// One staged path: its object id in the index, `None` when the commit deletes it there.
@@ -556,14 +588,22 @@ fn shown(path: &Path) -> PathBuf {
     path.strip_prefix(&cwd).map(Path::to_path_buf).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// What each directory's units are, for telling which directories a policy change touches.
+/// What each directory's units are, for telling which directories a policy change touches. The
+/// block and central layouts write each unit's reason into the generated text, so there a
+/// changed `why` changes the directory too.
 fn units_by_dir(policy: &Policy) -> BTreeMap<String, Vec<String>> {
+    let reasons = policy.layout != crate::policy::Layout::InPlace;
     policy
         .units_by_dir()
         .into_iter()
         .map(|(dir, units)| {
-            let said =
-                units.iter().map(|u| format!("{} {:?} {:?} {:?}", u.path.text, u.settings, u.when, u.flags)).collect();
+            let said = units
+                .iter()
+                .map(|u| {
+                    let why = if reasons { u.why.as_str() } else { "" };
+                    format!("{} {:?} {:?} {:?} {why:?}", u.path.text, u.settings, u.when, u.flags)
+                })
+                .collect();
             (dir.to_string(), said)
         })
         .collect()
@@ -597,12 +637,12 @@ fn staged_hint(hint: &str, file: Option<&str>, written: &[String; 2]) -> String 
 /// `gen-makefiles --check`, with every position and text taken from the staged blobs.
 #[allow(clippy::too_many_arguments)]
 fn staged_drift(
-    repo: &Path,
+    top: &Top,
     policy: &Policy,
     rules: &Rules,
     dirs: &BTreeSet<String>,
     deleted: &BTreeSet<String>,
-    base: &crate::snapshot::Base,
+    base: &crate::generate::snapshot::Base,
     written: &[String; 2],
     blobs: &mut Blobs,
     outcome: &mut Outcome,
@@ -617,7 +657,8 @@ fn staged_drift(
     if central {
         rels.extend(CENTRAL_INPUTS.map(str::to_string));
     }
-    let specs: Vec<String> = rels.iter().map(|rel| format!(":0:{rel}")).collect();
+    let repo = top.dir.as_path();
+    let specs: Vec<String> = rels.iter().map(|rel| format!(":0:{}{rel}", top.prefix)).collect();
     let mut found = rels.into_iter().zip(blobs.get_many(&specs).map_err(|e| e.to_string())?);
     let mut fetch = |spec: String| blobs.get(&spec).map_err(|e| e.to_string());
     for d in dirs {
@@ -630,7 +671,7 @@ fn staged_drift(
         // Deleted in this commit: judged on what HEAD had there, not planned.
         for name in ["Kbuild", "Makefile"] {
             let rel = join(d, name);
-            if let Some(bytes) = fetch(format!("HEAD:{rel}"))?.filter(|_| deleted.contains(&rel)) {
+            if let Some(bytes) = fetch(format!("HEAD:{}{rel}", top.prefix))?.filter(|_| deleted.contains(&rel)) {
                 let head = String::from_utf8_lossy(&bytes);
                 let units = by_dir.get(d.as_str()).map_or(0, Vec::len);
                 deleted_kbuild_file(&repo.join(&rel), &rel, &head, units, outcome);
@@ -699,9 +740,14 @@ pub const HOOK_MARKER: &str = "# installed by `sanpolicy install-hook`";
 /// The hook script. `program` is the sanpolicy binary that installed it, by absolute path: git
 /// GUIs and `env -i` run hooks without the user's PATH. Should it be gone, the hook falls back
 /// to `sanpolicy` on PATH.
-pub fn hook_script(policy: Option<&Path>, program: Option<&Path>) -> String {
+/// `tree` is the kernel tree's path relative to the repository's top (git runs hooks there),
+/// when it is not the top itself.
+pub fn hook_script(policy: Option<&Path>, program: Option<&Path>, tree: Option<&Path>) -> String {
     let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
-    let policy = policy.map(|p| format!(" --policy {}", quote(p))).unwrap_or_default();
+    let mut policy = policy.map(|p| format!(" --policy {}", quote(p))).unwrap_or_default();
+    if let Some(tree) = tree.filter(|t| !t.as_os_str().is_empty()) {
+        policy = format!(" --tree {}{policy}", quote(tree));
+    }
     let program = program.map(quote).unwrap_or_else(|| "sanpolicy".into());
     format!(
         "#!/bin/sh\n{HOOK_MARKER}: keeps the tree's directives in sync with the sanitizer policy.\n\
@@ -710,6 +756,21 @@ pub fn hook_script(policy: Option<&Path>, program: Option<&Path>) -> String {
          [ -x \"$sanpolicy\" ] || sanpolicy=sanpolicy\n\
          exec \"$sanpolicy\" pre-commit{policy}\n"
     )
+}
+
+/// `tree`'s path relative to the top of the repository that holds it (empty at the top).
+pub fn tree_in_repo(tree: &Path) -> Result<PathBuf, String> {
+    let repo = repo_root(tree)?;
+    tree_prefix(tree, &repo).map(|p| PathBuf::from(p.trim_end_matches('/')))
+}
+
+/// Whether git knows the policy at `policy_path` in the repository holding `tree`: committed
+/// (`HEAD`) or staged. A branch without one (an upstream branch) has nothing to keep in sync.
+pub fn policy_in_git(tree: &Path, policy_path: &Path) -> Result<bool, String> {
+    let repo = repo_root(tree)?;
+    let Some(rel) = in_repo(policy_path, &repo) else { return Ok(false) };
+    let known = |spec: String| git(&repo, &["cat-file", "-e", &spec]).is_ok();
+    Ok(known(format!(":0:{rel}")) || known(format!("HEAD:{rel}")))
 }
 
 /// Where git looks for hooks in the repository containing `tree` (honours `core.hooksPath`).

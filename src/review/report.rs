@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use std::path::Path;
 
-use super::effective::{dir_files, ANY_OBJECT};
 use super::explain::{opaque_in, OpaqueAt};
+use crate::generate::snapshot::{dir_files, ANY_OBJECT};
 use crate::kbuild::configs::{self, State};
 use crate::kbuild::Rules;
 use crate::makefile::{self, KbuildFile};

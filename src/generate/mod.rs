@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use walkdir::WalkDir;
 
+pub mod snapshot;
+
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
 use crate::emit::{self, SpliceError};
 use crate::kbuild::Rules;
@@ -50,6 +52,8 @@ pub struct Plan {
     /// Central layout: by directory, the lines of its own kbuild file the policy does not
     /// hold, each with the reset its section writes (or why it cannot).
     pub unheld: BTreeMap<String, Vec<emit::central::Unheld>>,
+    /// The effective snapshot this generation writes: what the policy says now.
+    pub snapshot: Option<snapshot::Snapshot>,
 }
 
 /// Plan writing the policy's blocks into `tree`. With `sweep`, the whole tree is also searched for
