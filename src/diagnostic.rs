@@ -203,6 +203,8 @@ codes! {
         "a requirement's object gets its mechanism's flags from a line that is not the mechanism's variable (`CFLAGS_x.o`, `ccflags-y`, … naming `$(CFLAGS_KASAN)` and the like)";
     CentralReset "central-reset" Drift false WritingOrJudging(2, 1),
         "central layout: the policy dropped a directory's line that the central file cannot reset exactly: writing refuses; to `check` and `--check` it is drift";
+    RulesDirective "rules-directive" Finding false Always(1),
+        "an instrumentation line in `scripts/Makefile.lib` or `scripts/Makefile.build`: Kbuild reads it for every directory, over what units and kbuild files say";
     BadSnapshot "bad-snapshot" BadInput false Always(2),
         "the effective snapshot cannot be read or fails validation (truncated, edited by hand, its checksum or tree line wrong): restore or regenerate it";
 }

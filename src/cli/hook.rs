@@ -117,7 +117,9 @@ pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> 
     let in_repo = match hook::tree_in_repo(&tree) {
         Ok(rel) => rel,
         Err(e) => {
-            ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, e).hint("run inside the kernel's git checkout")]));
+            ui.report(&Diagnostics(vec![
+                Diagnostic::error(Code::Usage, e).hint("run inside the kernel's git checkout")
+            ]));
             return EXIT_BAD_INPUT;
         }
     };

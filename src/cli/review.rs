@@ -83,6 +83,15 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                 for (at, l) in &outside {
                     outln!("  {:<18} also decided outside the policy: {at}: {}", l.mech.get().name, l.describe());
                 }
+                let object = e.object.strip_prefix(&format!("{}/", e.kbuild_dir)).unwrap_or(&e.object);
+                for l in inputs.rules.lines_for(object) {
+                    outln!(
+                        "  {:<18} not certain: `{}` at {} is read for every directory, over the state above",
+                        l.mech.get().name,
+                        l.text,
+                        l.location
+                    );
+                }
             }
         }
     }
