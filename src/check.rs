@@ -65,6 +65,27 @@ pub fn run_for(
     acknowledge::apply(policy, diags, tree.is_some())
 }
 
+/// Each requirement as `check` judges it on `tree` as planned: `None` when it does not apply
+/// (the tree has no such object or directory), else the mechanisms it is not proven exempt
+/// from (empty: it holds). `report` shows these, so the two never disagree.
+pub fn requirement_states(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan) -> Vec<Option<Vec<MechId>>> {
+    policy
+        .requirements
+        .iter()
+        .map(|req| {
+            if not_applicable(req, rules, tree, plan).is_some() {
+                return None;
+            }
+            let mut found = Diagnostics::default();
+            requirement(req, rules, Some(tree), plan, None, &mut found);
+            let mut failing: Vec<MechId> =
+                found.iter().filter(|d| d.is_error()).filter_map(|d| d.subject.as_ref()?.mechanism).collect();
+            failing.dedup();
+            Some(failing)
+        })
+        .collect()
+}
+
 /// What writing `plan` would newly break, so `gen-makefiles` refuses it (nothing is written):
 /// a unit that is new since the last generation naming an object with no source, and a
 /// requirement that holds in the tree as it is but not as planned. Findings about lines already

@@ -286,3 +286,88 @@ fn the_hook_judges_a_kernel_tree_in_a_subdirectory_of_the_repository() {
     assert!(!blocked.status.success(), "the hand-added line is caught: {err}");
     assert!(err.contains("linux/lib/Makefile:"), "located in the repository: {err}");
 }
+
+/// Run the printed fixes (the `fix:` line of `check`) until `check` passes: at most three rounds.
+fn follow_until_green(p: &Path, what: &str) {
+    for _ in 0..3 {
+        let check = run_in(p, &["check"]);
+        if check.code == 0 {
+            all_green(p, what);
+            return;
+        }
+        assert_eq!(check.code, 1, "{what}: {}", check.both());
+        for command in fix_commands(&check.stderr) {
+            let (code, err) = follow(p, &command);
+            assert_eq!(code, 0, "{what}: `{command}` failed: {err}");
+        }
+    }
+    panic!("{what}: still not green after following the fixes three times:\n{}", run_in(p, &["check"]).both());
+}
+
+#[test]
+fn central_a_line_upstream_re_adds_after_the_policy_dropped_it_is_new_to_the_tree() {
+    let t = adopted("central");
+    let p = t.path();
+    // The policy drops lib/a.o's KASAN exemption: the central file resets the directory's line.
+    let policy = read(p, POLICY);
+    let start = policy.find("[[unit]]").unwrap();
+    fs::write(p.join(POLICY), &policy[..start]).unwrap();
+    ok(p, &["gen-makefiles"]);
+    all_green(p, "dropped");
+    // Upstream adds the line again (a second line for the variable): the reset written for the
+    // first one does not stand for it. It is new to the tree: sync, not a second reset.
+    let makefile = read(p, "lib/Makefile");
+    fs::write(p.join("lib/Makefile"), format!("{makefile}\n# Upstream again.\nKASAN_SANITIZE_a.o := n\n")).unwrap();
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert_eq!(fix_commands(&check.stderr)[0], "sanpolicy sync", "{}", check.stderr);
+    assert!(check.stderr.contains("error[unmanaged-directive]"), "{}", check.stderr);
+    let before = Fingerprint::of(p);
+    let gen = run_in(p, &["gen-makefiles"]);
+    assert_eq!(gen.code, 2, "writing a second reset would cancel upstream's line: {}", gen.both());
+    fixture_tree::assert_unchanged(&before, &Fingerprint::of(p), "refused");
+    follow_until_green(p, "re-added");
+    assert!(read(p, POLICY).contains("Upstream again."), "{}", read(p, POLICY));
+}
+
+#[test]
+fn explain_answers_for_the_tree_on_disk_and_names_the_drift() {
+    let t = adopted("in-place");
+    let p = t.path();
+    // The policy says more than the tree has yet: lib/a.o skips KCOV too, not generated.
+    edit(p, POLICY, "skip = [\"kasan\"]", "skip = [\"kasan\", \"kcov\"]");
+    let text = ok(p, &["explain", "lib/a.o"]).stdout;
+    let kcov = text.lines().find(|l| l.trim_start().starts_with("kcov ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(!kcov.contains(" off "), "the tree on disk instruments it (where KCOV_INSTRUMENT_ALL is set): {text}");
+    assert!(text.contains("drift: `kcov`") && text.contains("the policy makes it off"), "{text}");
+    assert!(text.contains("`sanpolicy check`"), "names where to look: {text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(p, &["explain", "--format", "json", "lib/a.o"]).stdout).unwrap();
+    let mechs = json[0]["mechanisms"].as_array().unwrap();
+    let kcov = mechs.iter().find(|m| m["mechanism"] == "kcov").unwrap();
+    assert_eq!((kcov["state"].as_str(), kcov["policy_state"].as_str()), (Some("cond"), Some("off")), "{kcov}");
+    let kasan = mechs.iter().find(|m| m["mechanism"] == "kasan").unwrap();
+    assert_eq!((kasan["state"].as_str(), kasan["policy_state"].as_str()), (Some("off"), None), "{kasan}");
+    // Written, the drift is gone and the answer is the same as make's on the tree.
+    ok(p, &["gen-makefiles"]);
+    let text = ok(p, &["explain", "lib/a.o"]).stdout;
+    assert!(!text.contains("drift"), "{text}");
+}
+
+#[test]
+fn report_and_check_agree_on_requirements_the_tree_does_not_have() {
+    // The built-in requirements name lockdep, stackdepot and the runtimes: this tree has none.
+    let t = adopted("in-place");
+    let p = t.path();
+    let check = ok(p, &["check"]);
+    assert!(check.stderr.contains("(7 not applicable here)"), "{}", check.stderr);
+    let report: serde_json::Value = serde_json::from_str(&ok(p, &["report", "--format", "json"]).stdout).unwrap();
+    let requirements = report["requirements"].as_array().unwrap();
+    assert_eq!(requirements.len(), 7);
+    for r in requirements {
+        assert_eq!(r["applies"], false, "{r}");
+        assert_eq!(r["broken"].as_array().map(Vec::len), Some(0), "not broken where check says not applicable: {r}");
+    }
+    let text = ok(p, &["report", "--format", "text"]).stdout;
+    assert!(!text.contains("BROKEN"), "{text}");
+}

@@ -5,7 +5,6 @@
 //! from a unit the policy added but has not written yet, and the hint names the command that
 //! moves the right side.
 
-use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Fix, LineIndex, Location};
@@ -238,7 +237,9 @@ enum Verdict {
 /// since the last generation (`gen-makefiles` writes the reset), or the line is new to the
 /// tree (a merge: `sync` takes it in; writing would reset it, so `gen-makefiles` refuses).
 fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<Verdict> {
-    let written = written_resets(plan);
+    // Each reset on disk covers one line it was written for: a second line for the same
+    // variable (upstream re-adds one the policy dropped) is new to the tree, not in sync.
+    let mut written = written_resets(plan);
     let mut out = Vec::new();
     for (dir, unheld) in &plan.unheld {
         let (Some(file), Some(before)) = (plan.files.get(dir), plan.before.get(dir)) else { continue };
@@ -262,7 +263,7 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<
             };
             let take_it = format!("run `{program} sync` to take it into the policy (the central file then repeats it)");
             out.push(match &u.reset {
-                Ok(r) if written.get(dir.as_str()).is_some_and(|w| w.contains(&r.key())) => Verdict::InSync,
+                Ok(r) if take_one(written.get_mut(dir.as_str()), &r.key()) => Verdict::InSync,
                 Ok(_) if policy_moved => Verdict::Finding(
                     Diagnostic::error(
                         Code::Drift,
@@ -292,12 +293,34 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<
     out
 }
 
-/// The resets the central file on disk holds, by directory (as [`crate::emit::central::Reset::key`]).
-fn written_resets(plan: &Plan) -> std::collections::BTreeMap<String, BTreeSet<(String, Vec<String>)>> {
+/// A reset key with how many resets of it a section holds.
+type ResetCounts = std::collections::BTreeMap<(String, Vec<String>), usize>;
+
+/// The resets the central file on disk holds, by directory (as [`crate::emit::central::Reset::key`]),
+/// counted: one reset stands for one line.
+fn written_resets(plan: &Plan) -> std::collections::BTreeMap<String, ResetCounts> {
     let old =
         plan.changes.iter().find(|c| c.display == crate::emit::central::CENTRAL_FILE).and_then(|c| c.old.as_deref());
     let sections = old.and_then(crate::emit::central::sections).unwrap_or_default();
-    sections.into_iter().map(|(d, s)| (d, crate::emit::central::section_resets(&s).into_iter().collect())).collect()
+    let count = |s: &str| {
+        let mut counts = ResetCounts::new();
+        for key in crate::emit::central::section_resets(s) {
+            *counts.entry(key).or_default() += 1;
+        }
+        counts
+    };
+    sections.into_iter().map(|(d, s)| (d, count(&s))).collect()
+}
+
+/// Use up one written reset of `key`, if there is one left.
+fn take_one(counts: Option<&mut ResetCounts>, key: &(String, Vec<String>)) -> bool {
+    match counts.and_then(|c| c.get_mut(key)) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The snapshot `plan` would write: what the policy says now.

@@ -85,7 +85,7 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     eprintln!("{}", summary(&inputs.policy, &inputs.policy_path, &diags));
     let fixes: std::collections::BTreeSet<_> = diags.iter().filter(|d| d.is_error()).filter_map(|d| d.fix).collect();
     if !fixes.is_empty() {
-        eprintln!("fix the drift: {}", crate::diagnostic::Fix::sequence(&fixes, &defaults.program));
+        eprintln!("fix: {}", crate::diagnostic::Fix::sequence(&fixes, &defaults.program));
     }
     crate::check::judge::exit_code_of(&diags)
 }

@@ -79,7 +79,7 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                 json.push(j)
             }
             _ => {
-                out!("{}", explain::render_text(&e, &inputs.policy));
+                out!("{}", explain::render_text(&e, &inputs.policy, &defaults.program));
                 for (at, l) in &outside {
                     outln!("  {:<18} also decided outside the policy: {at}: {}", l.mech.get().name, l.describe());
                 }
@@ -149,7 +149,8 @@ pub fn report_run(args: &ReportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Ok(inputs) = inputs(&args.common, defaults, true, ui) else { return EXIT_BAD_INPUT };
     let mut r = report::build(&inputs.policy, &inputs.rules, &display(&inputs.policy_path));
     if let Some(tree) = inputs.tree.as_deref() {
-        r = r.with_tree(&inputs.policy, &inputs.rules, tree);
+        let plan = plan_for(&inputs, None, defaults, true, Sweeping::No);
+        r = r.with_tree(&inputs.policy, &inputs.rules, tree, &plan);
     }
     match args.format {
         Format::Json => {

@@ -201,19 +201,28 @@ pub fn central_resets(tree: &Path, central_text: &str) -> Vec<(String, Option<St
     let sections = crate::emit::central::sections(central_text).unwrap_or_default();
     let mut out = Vec::new();
     for (dir, section) in &sections {
-        let resets: std::collections::HashSet<(String, Vec<String>)> =
-            crate::emit::central::section_resets(section).into_iter().collect();
+        // One reset stands for one line: a variable with more lines than resets (upstream
+        // re-added one the policy dropped) still has a line Kbuild reads, so it is not reset.
+        let mut resets: std::collections::HashMap<(String, Vec<String>), usize> = Default::default();
+        for key in crate::emit::central::section_resets(section) {
+            *resets.entry(key).or_default() += 1;
+        }
         if resets.is_empty() {
             continue;
         }
         let own = makefile::parse(&own_text(tree, dir));
+        let mut lines: std::collections::HashMap<(String, Vec<String>), usize> = Default::default();
+        let mut covered = Vec::new();
         for (i, d) in own.directives() {
             let a = &own.assignments[i];
             let when = crate::emit::inplace::canonical_when(&a.when());
-            if resets.contains(&(a.name.clone(), when.clone())) {
-                out.push((dir.clone(), d.object.clone(), when, d.mech));
+            let key = (a.name.clone(), when.clone());
+            if resets.contains_key(&key) {
+                *lines.entry(key.clone()).or_default() += 1;
+                covered.push((key, (dir.clone(), d.object.clone(), when, d.mech)));
             }
         }
+        out.extend(covered.into_iter().filter(|(key, _)| lines[key] <= resets[key]).map(|(_, k)| k));
     }
     out
 }

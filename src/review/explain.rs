@@ -74,6 +74,9 @@ pub struct Explanation {
     pub acknowledged: Vec<usize>,
     /// The opaque constructs of the directory's kbuild file that may change a mechanism.
     pub opaque: Vec<OpaqueAt>,
+    /// The states above are the tree's as it is on disk; where the policy would make a
+    /// mechanism's state another (the tree and the policy differ here: drift), that state.
+    pub drift: Vec<(MechId, State)>,
 }
 
 /// Explain `object` (a path like `kernel/locking/lockdep.o`) over all configurations.
@@ -99,12 +102,9 @@ pub fn explain_for(
     let path = UnitPath::parse(object, None).map_err(|(m, h)| format!("{m}: {h}"))?;
     let path = policy.units.iter().find(|u| u.path.text == path.text).map_or(path, |u| u.path.clone());
     let rel = path.object.clone().unwrap_or_else(|| crate::generate::snapshot::ANY_OBJECT.to_string());
-    let (file, kbuild_path) = file_for(policy, rules, tree, plan, &path.kbuild_dir);
+    let (file, kbuild_path, disk) = file_for(policy, rules, tree, plan, &path.kbuild_dir);
     let preset = arch::preset(tree, &path.kbuild_dir, &file, &rel, config);
-    let mut prepared = match config {
-        Some(c) => configs::Prepared::with_config(&file, &preset, c),
-        None => configs::Prepared::new(&file, &preset),
-    };
+    let mut prepared = prepare(&file, &preset, config);
     let kernel_object = prepared.kernel_object(&rel);
     let kernel_object_line = prepared.kernel_object_line(&rel);
     // `None`: the tree does not read the mechanism.
@@ -154,6 +154,23 @@ pub fn explain_for(
         })
         .map(|(i, r)| (i, r.exempt.iter().all(|(id, _)| states[id].as_ref().is_none_or(State::is_off))))
         .collect();
+    // What the policy would make of it, where that is not what the tree says now.
+    let planned = plan.and_then(|p| p.files.get(&path.kbuild_dir)).filter(|f| disk.is_some_and(|d| d != f.text));
+    let planned = planned.map(|f| f.parsed());
+    let drift = match planned {
+        None => Vec::new(),
+        Some(planned) => {
+            let mut after = prepare(planned, &preset, config);
+            MechId::all()
+                .filter_map(|id| {
+                    let now = states[&id].clone()?;
+                    let then = after.outcomes(rules, id, &rel, true).transpose()?;
+                    let then = then.map_or(State::Depends(Vec::new()), State::from_outcomes);
+                    (then != now).then_some((id, then))
+                })
+                .collect()
+        }
+    };
     let no_source = match (tree, &path.object) {
         (Some(tree), Some(o)) => {
             let text = kbuild_path.as_deref().and_then(|p| read_kbuild(p).ok()).unwrap_or_default();
@@ -174,7 +191,20 @@ pub fn explain_for(
         preset,
         acknowledged: acknowledged_for(policy, &path),
         opaque,
+        drift,
     })
+}
+
+/// The configuration walk over `file`: for the build of `config`, or over all configurations.
+fn prepare<'a>(
+    file: &'a KbuildFile,
+    preset: &[(String, String)],
+    config: Option<&'a DotConfig>,
+) -> configs::Prepared<'a> {
+    match config {
+        Some(c) => configs::Prepared::with_config(file, preset, c),
+        None => configs::Prepared::new(file, preset),
+    }
 }
 
 /// The constructs of `file` through which make may change a mechanism's decision: its own
@@ -213,21 +243,34 @@ fn acknowledged_text(policy: &Policy, i: usize) -> String {
     let mech = a.mechanism.map(|m| format!(" {m}")).unwrap_or_default();
     format!("acknowledged [{}] `{}`{mech} ({}): {}", a.code, a.path, a.location, a.why.lines().next().unwrap_or(""))
 }
+/// The directory's kbuild text as Kbuild reads it from the tree on disk (the answer is about
+/// the tree as it is, not as `gen-makefiles` would leave it): its own file, and in the central
+/// layout its section of the central file on disk after it. Without a tree, the policy's block.
 fn file_for(
     policy: &Policy,
     rules: &Rules,
     tree: Option<&Path>,
     plan: Option<&Plan>,
     dir: &str,
-) -> (KbuildFile, Option<PathBuf>) {
-    if let Some(f) = plan.and_then(|p| p.files.get(dir)) {
-        return (f.parsed().clone(), Some(f.path.clone()));
-    }
+) -> (KbuildFile, Option<PathBuf>, Option<String>) {
     if let Some(path) = tree.and_then(|t| kbuild_file(&t.join(dir))) {
-        let text = read_kbuild(&path).unwrap_or_default();
-        return (makefile::parse(&text), Some(path));
+        let mut text = match plan.and_then(|p| p.before.get(dir)) {
+            Some(before) => before.clone(),
+            None => read_kbuild(&path).unwrap_or_default(),
+        };
+        if policy.layout == crate::policy::Layout::Central {
+            let central = tree.map(|t| t.join(crate::emit::central::CENTRAL_FILE));
+            let sections = central.and_then(|c| read_kbuild(&c).ok()).and_then(|c| crate::emit::central::sections(&c));
+            if let Some(section) = sections.and_then(|mut s| s.remove(dir)) {
+                text = format!("{text}\n{section}");
+            }
+        }
+        return (makefile::parse(&text), Some(path), Some(text));
     }
-    (policy.units_by_dir().get(dir).map(|units| dir_file(units, rules)).unwrap_or_default(), None)
+    if let Some(f) = plan.and_then(|p| p.files.get(dir)) {
+        return (f.parsed().clone(), Some(f.path.clone()), None);
+    }
+    (policy.units_by_dir().get(dir).map(|units| dir_file(units, rules)).unwrap_or_default(), None, None)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -292,11 +335,17 @@ fn shown(path: &Path) -> String {
     text.strip_prefix("./").map(str::to_string).unwrap_or(text)
 }
 
-pub fn render_text(e: &Explanation, policy: &Policy) -> String {
+pub fn render_text(e: &Explanation, policy: &Policy, program: &str) -> String {
     let file = e.kbuild_file.as_deref().map_or("generated block only, no tree".to_string(), shown);
     let mut out = format!("{}  ({file})\n", e.object);
     for note in notes(e) {
         out.push_str(&format!("  note: {note}\n"));
+    }
+    for (id, then) in &e.drift {
+        out.push_str(&format!(
+            "  note: drift: `{id}` is as below in the tree, but the policy makes it {}; the tree and the policy differ here (`{program} check` says which side moved and how to fix it)\n",
+            then.label()
+        ));
     }
     for o in &e.opaque {
         out.push_str(&format!("  note: {}\n", opaque_text(e, o)));
@@ -452,6 +501,7 @@ pub fn to_json(e: &Explanation, policy: &Policy) -> Value {
                 "reason": d.why,
                 "generated_line": d.line,
                 "certain": m.uncertain.is_empty(),
+                "policy_state": e.drift.iter().find(|(id, _)| *id == m.mech).map(|(_, s)| short(s)),
             })
         })
         .collect();

@@ -80,6 +80,9 @@ pub struct Report {
     pub per_mechanism: BTreeMap<MechId, Counts>,
     /// (requirement index, mechanisms that are not exempt)
     pub requirements: Vec<(usize, Vec<MechId>)>,
+    /// With a tree: the requirements that do not apply to it (no such object or directory),
+    /// as `check` counts them.
+    pub not_applicable: std::collections::BTreeSet<usize>,
     /// With a tree ([`Report::with_tree`]): the opaque constructs in the kbuild files of the
     /// directories the policy names, as (directory, file shown, construct).
     pub opaque: Vec<(String, String, OpaqueAt)>,
@@ -89,7 +92,17 @@ impl Report {
     /// The report with what only the tree can say: the opaque constructs (check's
     /// `opaque-construct`) in the kbuild file of every directory a unit or requirement names,
     /// through which make may change a mechanism there, so the report is not certain there.
-    pub fn with_tree(mut self, policy: &Policy, rules: &Rules, tree: &Path) -> Report {
+    pub fn with_tree(mut self, policy: &Policy, rules: &Rules, tree: &Path, plan: &crate::generate::Plan) -> Report {
+        // The requirements as `check` judges them on this tree (not on the policy's lines alone).
+        for (i, state) in crate::check::requirement_states(policy, rules, tree, plan).into_iter().enumerate() {
+            match state {
+                None => {
+                    self.not_applicable.insert(i);
+                    self.requirements[i].1.clear();
+                }
+                Some(failing) => self.requirements[i].1 = failing,
+            }
+        }
         let mut dirs: Vec<&str> = policy.directories();
         dirs.extend(policy.requirements.iter().map(|r| r.path.kbuild_dir.as_str()));
         dirs.sort_unstable();
@@ -130,6 +143,9 @@ fn acknowledged_reasons(policy: &Policy, i: usize, broken: &[MechId]) -> Vec<Str
 /// A requirement's status: holds, or broken (acknowledged, with the reason), and whether an
 /// opaque construct makes it uncertain. `strong` wraps the broken word (Markdown bold).
 fn requirement_status(report: &Report, policy: &Policy, i: usize, broken: &[MechId], strong: &str) -> String {
+    if report.not_applicable.contains(&i) {
+        return "does not apply: the tree has no such object or directory".to_string();
+    }
     let mut status = if broken.is_empty() {
         "holds".to_string()
     } else {
@@ -193,6 +209,7 @@ pub fn build(policy: &Policy, rules: &Rules, policy_name: &str) -> Report {
         directories: policy.directories().len(),
         per_mechanism,
         requirements,
+        not_applicable: Default::default(),
         opaque: Vec::new(),
     }
 }
@@ -377,6 +394,7 @@ pub fn to_json(report: &Report, policy: &Policy) -> Value {
             json!({
                 "path": r.path.text,
                 "exempt": r.exempt.iter().map(|(id, _)| id.get().name).collect::<Vec<_>>(),
+                "applies": !report.not_applicable.contains(i),
                 "holds": broken.is_empty(),
                 "broken": broken.iter().map(|id| id.get().name).collect::<Vec<_>>(),
                 "acknowledged": acknowledged_reasons(policy, *i, broken),
