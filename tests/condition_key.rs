@@ -4,9 +4,10 @@
 //! pair the key calls equal, make must evaluate both alike with `CONFIG_FOO` set to `y`, `m`,
 //! empty, and undefined. Every pair is tried, not a sample: the set is small enough.
 
+mod make_judge;
+
 use std::collections::BTreeMap;
 use std::fs;
-use std::process::Command;
 
 use sanpolicy::makefile::{CondKey, Condition};
 
@@ -66,19 +67,9 @@ fn judged_by_make(conditions: &[String]) -> Vec<[bool; 4]> {
             makefile.push_str(&format!("{c}\n$(info {i} 1)\nelse\n$(info {i} 0)\nendif\n"));
         }
         makefile.push_str("all: ;\n");
-        let path = dir.path().join(format!("{name}.mk"));
-        fs::write(&path, makefile).unwrap();
-        let out = Command::new("make")
-            .arg("-s")
-            .arg("-f")
-            .arg(&path)
-            .env_remove("CONFIG_FOO")
-            .env_remove("MAKEFLAGS")
-            .env_remove("MFLAGS")
-            .output()
-            .expect("GNU make is the judge: install it (`apt-get install make`)");
-        assert!(out.status.success(), "make failed: {}", String::from_utf8_lossy(&out.stderr));
-        let stdout = String::from_utf8(out.stdout).unwrap();
+        let file = format!("{name}.mk");
+        fs::write(dir.path().join(&file), makefile).unwrap();
+        let stdout = make_judge::make(dir.path(), &["-f", &file]);
         let mut seen = 0;
         for line in stdout.lines() {
             let (i, holds) = line.split_once(' ').unwrap();

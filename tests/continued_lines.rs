@@ -4,6 +4,8 @@
 //! unrepresentable line, and the flags the unit holds are the value GNU make reads for the
 //! variable, before and after the policy changes them.
 
+mod make_judge;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -76,15 +78,7 @@ fn make_reads(tree: &Path, scratch: &Path) -> String {
         ),
     )
     .unwrap();
-    let out = Command::new("make")
-        .args(["-s", "-f"])
-        .arg(&driver)
-        .arg("sanpolicy-judge")
-        .env_remove("MAKEFLAGS")
-        .output()
-        .expect("GNU make is the judge: install it (`apt-get install make`)");
-    assert!(out.status.success(), "make failed: {}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stdout = make_judge::make(scratch, &["-f", "judge.mk", "sanpolicy-judge"]);
     let line = stdout.lines().find(|l| l.starts_with('[')).unwrap_or_else(|| panic!("no value from make: {stdout}"));
     line.trim_start_matches('[').trim_end_matches(']').to_string()
 }

@@ -3,6 +3,8 @@
 //! includes that, and what make sees for each symbol (its value, and whether it is defined at
 //! all, which is what `ifdef` asks) must be what `DotConfig` says.
 
+mod make_judge;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -64,9 +66,7 @@ fn make_view(dir: &Path, symbols: &[&str]) -> Vec<String> {
     }
     makefile.push_str("all: ;\n");
     fs::write(dir.join("judge.mk"), makefile).unwrap();
-    let out = Command::new("make").current_dir(dir).args(["-s", "-f", "judge.mk"]).output().expect("GNU make");
-    assert!(out.status.success(), "make failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect()
+    make_judge::make(dir, &["-f", "judge.mk"]).lines().map(String::from).collect()
 }
 
 /// Each symbol as `DotConfig` reads `text`, in [`make_view`]'s shape.

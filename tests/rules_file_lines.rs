@@ -6,6 +6,7 @@
 //! `explain` must say its answer is not certain, naming the line.
 
 mod fixture_tree;
+mod make_judge;
 
 use std::fs;
 use std::path::Path;
@@ -23,15 +24,8 @@ fn make_instruments(tree: &Path) -> bool {
         include lib/Makefile\ninclude scripts/Makefile.lib\n\
         $(foreach @,lib/plain.o,$(info [$(strip $(_c_flags))]))\nsanpolicy-judge: ;\n";
     fs::write(tree.join("judge.mk"), driver).unwrap();
-    let out = Command::new("make")
-        .current_dir(tree)
-        .args(["-s", "-f", "judge.mk", "sanpolicy-judge"])
-        .env_remove("MAKEFLAGS")
-        .output()
-        .expect("GNU make is the judge: install it (`apt-get install make`)");
+    let stdout = make_judge::make(tree, &["-f", "judge.mk", "sanpolicy-judge"]);
     fs::remove_file(tree.join("judge.mk")).unwrap();
-    assert!(out.status.success(), "make failed: {}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8(out.stdout).unwrap();
     stdout.lines().find(|l| l.starts_with('[')).expect("make's answer").contains("-fsanitize=kernel-address")
 }
 

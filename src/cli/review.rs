@@ -67,6 +67,8 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             }
         };
         let outside = outside_lines(&e, tree);
+        let object = e.object.strip_prefix(&format!("{}/", e.kbuild_dir)).unwrap_or(&e.object);
+        let rules_lines = inputs.rules.lines_for(object);
         match args.format {
             Format::Json => {
                 let mut j = explain::to_json(&e, &inputs.policy);
@@ -75,6 +77,10 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                         |(at, l)| serde_json::json!({"mechanism": l.mech.get().name, "at": at, "line": l.describe()}),
                     );
                     map.insert("outside_policy".into(), serde_json::Value::Array(lines.collect()));
+                    let lines = rules_lines.iter().map(|l| {
+                        serde_json::json!({"mechanism": l.mech.get().name, "at": l.location.to_string(), "line": l.text})
+                    });
+                    map.insert("rules_files".into(), serde_json::Value::Array(lines.collect()));
                 }
                 json.push(j)
             }
@@ -83,8 +89,7 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                 for (at, l) in &outside {
                     outln!("  {:<18} also decided outside the policy: {at}: {}", l.mech.get().name, l.describe());
                 }
-                let object = e.object.strip_prefix(&format!("{}/", e.kbuild_dir)).unwrap_or(&e.object);
-                for l in inputs.rules.lines_for(object) {
+                for l in &rules_lines {
                     outln!(
                         "  {:<18} not certain: `{}` at {} is read for every directory, over the state above",
                         l.mech.get().name,
