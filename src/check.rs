@@ -52,6 +52,7 @@ pub fn run_for(
         diags.extend(unknown_symbols(policy, tree));
         sources(policy, rules, tree, plan, &mut diags);
         unmodelled_lines(plan, rules, &mut diags);
+        rules_file_lines(rules, &mut diags);
         diags.extend(drift::findings(policy, plan, rules, base, program));
     }
     for req in &policy.requirements {
@@ -208,6 +209,26 @@ fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
                     .about(&format!("{dir}/{}", d.object.as_deref().unwrap_or("")), Some(d.mech)),
             );
         }
+    }
+}
+
+/// Instrumentation lines in the rules files (`scripts/Makefile.lib`, `scripts/Makefile.build`):
+/// read by Kbuild for every directory, so neither the policy nor a directory's kbuild file says
+/// what make does. Each is a finding at its line.
+fn rules_file_lines(rules: &Rules, diags: &mut Diagnostics) {
+    for l in &rules.lines {
+        diags.push(
+            Diagnostic::error(
+                Code::RulesDirective,
+                format!("`{}` in `{}` sets `{}` for every directory Kbuild builds", l.text, l.file, l.mech),
+            )
+            .at(l.location.clone())
+            .label("read for every directory, after (or before) its own kbuild file")
+            .hint(format!(
+                "delete the line from `{}` and say it in the policy (a `[[unit]]` for the object or directory it is meant for), so the exemption is written where Kbuild reads it for that directory alone",
+                l.file
+            )),
+        );
     }
 }
 

@@ -9,184 +9,262 @@ use codespan_reporting::diagnostic::{Diagnostic as CsDiagnostic, Label};
 use codespan_reporting::files::SimpleFiles;
 use codespan_reporting::term::{self, termcolor::Buffer};
 
-/// Every diagnostic code, with whether it means bad input (exit 2) or a finding (exit 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Code {
+/// What kind of problem a code names; with the severity it decides how a run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// The operating system said no: a file missing, of the wrong kind, unreadable, unwritable.
     Io,
-    TomlSyntax,
-    UnknownKey,
-    WrongType,
-    MissingKey,
-    UnknownMechanism,
-    EmptyReason,
-    DuplicateUnit,
-    SkipAndForce,
-    BadPath,
-    BadCondition,
-    UnknownVariable,
-    Unsupported,
-    Rules,
-    MissingDirectory,
-    MissingKbuildFile,
-    BadMarker,
-    HandEditedBlock,
-    MissingSource,
-    ConflictingDirective,
-    UnmanagedDirective,
-    StaleFile,
-    Unrepresentable,
-    PlaceholderReason,
-    RecursionProne,
-    UnreadByTree,
-    Workspace,
-    UnknownCrate,
-    AmbiguousCrate,
-    UnownedTable,
-    UndocumentedAttribute,
-    UnparsableSource,
-    BadReason,
-    ConflictingUnits,
-    Symlink,
+    /// The command line asks for something that cannot be done: a bad argument or combination.
+    Usage,
+    /// A sanpolicy bug: nothing the user gave is wrong.
+    Internal,
+    /// An input (the policy, a kbuild file, the tree's rules, a workspace) is not valid.
+    BadInput,
+    /// The tree (or a generated file) differs from the policy: fixed by `sync` or
+    /// `gen-makefiles`, never acknowledged.
     Drift,
-    StaleAcknowledgement,
-    Acknowledged,
-    NotApplicable,
-    ReservedProfile,
-    ProcMacroCrate,
-    UnlinkedRuntime,
-    BadCategory,
-    UnknownSymbol,
-    IncludeCycle,
-    BadInclude,
-    BadRevision,
-    PolicyRemoved,
-    DeletedKbuildFile,
-    Unwritable,
-    ChangedDuringRun,
-    Locked,
-    BadConfig,
-    OpaqueConstruct,
-    BadProfileName,
-    BadCrateName,
-    DuplicateProfile,
-    DuplicateCrate,
-    FlagsOutsidePolicy,
-    CentralReset,
-    BadSnapshot,
+    /// A fact about the tree that `check` exists to report.
+    Finding,
+    /// A fact worth saying that never fails a run.
+    Warning,
+    /// Listed, never failing: an acknowledged finding, a requirement that does not apply.
+    Note,
+}
+
+impl Class {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Io => "io",
+            Class::Usage => "usage",
+            Class::Internal => "internal",
+            Class::BadInput => "bad input",
+            Class::Drift => "drift",
+            Class::Finding => "finding",
+            Class::Warning => "warning",
+            Class::Note => "note",
+        }
+    }
+}
+
+/// The exit code a diagnostic of a code ends a run with, when it is the worst of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Always this code.
+    Always(u8),
+    /// The first where a command would write (`gen-makefiles`, `import`), the second where it
+    /// only judges (`check`, `--check`, the hook).
+    WritingOrJudging(u8, u8),
+    /// 0 as a warning; 2 with `--strict`.
+    UnlessStrict,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Always(code) => write!(f, "{code}"),
+            Exit::WritingOrJudging(writing, judging) => write!(f, "{writing} / {judging}"),
+            Exit::UnlessStrict => write!(f, "0 / 2"),
+        }
+    }
+}
+
+/// One row of the code table: everything said about a code, in one place.
+#[derive(Debug, Clone, Copy)]
+pub struct CodeInfo {
+    pub code: Code,
+    /// As printed (`error[missing-source]`) and written in `[[acknowledge]] code = "…"`.
+    pub name: &'static str,
+    pub class: Class,
+    /// Whether a policy's `[[acknowledge]]` entry may turn the finding into a note.
+    pub acknowledgeable: bool,
+    pub exit: Exit,
+    /// One line for the README's code table.
+    pub doc: &'static str,
+}
+
+/// The code table: the [`Code`] enum and [`CODES`] from one list of rows.
+macro_rules! codes {
+    ($($variant:ident $name:literal $class:ident $ack:literal $exit:expr, $doc:literal;)*) => {
+        /// Every diagnostic code. Its row in [`CODES`] says what it means and how a run ends.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Code {
+            $(#[doc = $doc] $variant,)*
+        }
+
+        /// Every code, in the order of [`Code`]: the one table the README's is generated from.
+        pub const CODES: &[CodeInfo] = &[
+            $(CodeInfo {
+                code: Code::$variant,
+                name: $name,
+                class: Class::$class,
+                acknowledgeable: $ack,
+                exit: $exit,
+                doc: $doc,
+            },)*
+        ];
+    };
+}
+
+use Exit::{Always, UnlessStrict, WritingOrJudging};
+
+codes! {
+    Io "io" Io false Always(2),
+        "a file or directory cannot be used: missing or of the wrong kind (a FIFO, a socket, a device, a directory, named for what it is), too large (a policy over 64 MiB, a kbuild file over 16 MiB), unreadable, not UTF-8 (at the first bad byte), CRLF line endings (at the first `\\r`), read-only, or a write that fails";
+    Usage "usage" Usage false Always(2),
+        "the command line asks for what cannot be done: a command run outside what it needs (no kernel tree, no git checkout), an output that already exists, a hook sanpolicy did not write without `--force`";
+    Internal "internal" Internal false Always(2),
+        "a sanpolicy bug: an internal step failed where no input is wrong; please report it with the command line";
+    TomlSyntax "toml-syntax" BadInput false Always(2), "the policy is not TOML";
+    UnknownKey "unknown-key" BadInput false Always(2),
+        "a key is unknown (\"did you mean\"), or an `[[acknowledge]]` names a code that is unknown or cannot be acknowledged";
+    WrongType "wrong-type" BadInput false Always(2), "a value has the wrong type";
+    MissingKey "missing-key" BadInput false Always(2), "`path`, `why` or a mechanism is missing";
+    UnknownMechanism "unknown-mechanism" BadInput false Always(2), "not in the mechanism table (\"did you mean\")";
+    EmptyReason "empty-reason" BadInput false Always(2), "`why` is blank";
+    DuplicateUnit "duplicate-unit" BadInput false Always(2),
+        "one mechanism set twice for the same path under the same condition (however the condition is spelled)";
+    SkipAndForce "skip-and-force" BadInput false Always(2),
+        "a mechanism both skipped and forced for one path under the same condition";
+    BadPath "bad-path" BadInput false Always(2),
+        "a path or `kbuild-dir` that is absolute, has `.`/`..`, spaces or `$ # : ; = ( )` or a newline, or a `vars` value that is not a plain name part";
+    BadCondition "bad-condition" BadInput false Always(2),
+        "a `when` outside the condition grammar: make functions, `$$`, a line break, a `#`, a control character, a `\\`";
+    UnknownVariable "unknown-variable" BadInput false Always(2), "a `$(VAR)` in a path without values in `vars`";
+    Unsupported "unsupported" BadInput false Always(2),
+        "a setting Kbuild cannot express (forcing ftrace for a directory), or a mechanism `derive` cannot derive";
+    Rules "rules" BadInput false Always(2), "the tree lacks `scripts/Makefile.lib` or `scripts/Makefile.build`, or they cannot be read";
+    MissingDirectory "missing-directory" BadInput false Always(2), "a unit's directory is not in the tree";
+    MissingKbuildFile "missing-kbuild-file" BadInput false Always(2), "a unit's directory has no `Makefile` or `Kbuild`";
+    BadMarker "bad-marker" BadInput false Always(2),
+        "a kbuild file's block markers are broken (missing end, two begins, an end without a begin, a marker continued by `\\`), or a block cannot be appended (the file ends in `\\` or inside a `define`/conditional)";
+    HandEditedBlock "hand-edited-block" Drift false WritingOrJudging(2, 1),
+        "the checksum in a block's end marker does not match: writing refuses (`--force` overwrites); to `check` and `--check` it is drift";
+    MissingSource "missing-source" Finding true Always(1), "a unit's object has no source file in its directory";
+    ConflictingDirective "conflicting-directive" Drift false Always(1),
+        "a line outside the generated block sets a mechanism the policy also sets, differently";
+    UnmanagedDirective "unmanaged-directive" Drift false Always(0),
+        "an instrumentation line the policy has no unit for (`sync` adopts it)";
+    StaleFile "stale-file" Drift false Always(1), "a generated file differs from what the policy generates";
+    Unrepresentable "unrepresentable" Warning true Always(0),
+        "a line Kbuild reads that the policy cannot express, so `sync` cannot adopt it";
+    PlaceholderReason "placeholder-reason" BadInput false UnlessStrict,
+        "a `TODO(sanpolicy import)` reason: a warning; with `--strict` an error per unit";
+    RecursionProne "recursion-prone" Finding true Always(1),
+        "a requirement (an object that must not be instrumented, or the runtime recurses) is broken";
+    UnreadByTree "unread-by-tree" Warning true Always(0), "the tree's rules do not read a mechanism the policy sets";
+    Workspace "workspace" BadInput false Always(2), "no usable Cargo workspace";
+    UnknownCrate "unknown-crate" BadInput false Always(2), "a `[[crate]]` naming no package of the workspace";
+    AmbiguousCrate "ambiguous-crate" BadInput false Always(2), "a `[[crate]]` naming two packages (add `@version`)";
+    UnownedTable "unowned-table" BadInput false Always(2), "a `[profile.*]` table sanpolicy does not own";
+    UndocumentedAttribute "undocumented-attribute" Finding false Always(1),
+        "a `#[sanitize]` attribute in a crate's source without a `[[crate]]` entry saying why";
+    UnparsableSource "unparsable-source" Warning false Always(0), "a Rust source the Cargo scan cannot parse";
+    BadReason "bad-reason" BadInput false Always(2),
+        "`why` or `links` hold what a `#` comment line cannot: a control character, a line reading as a block marker, a line break in a link";
+    ConflictingUnits "conflicting-units" BadInput false Always(2),
+        "two paths that name one Kbuild variable (6.1's `$(basetarget)`: `x.o` and `sub/x.o`) set both ways";
+    Symlink "symlink" BadInput false Always(2),
+        "a kbuild file (or a directory above it) links out of the tree, or two directories share one file";
+    Drift "drift" Drift false Always(1), "the tree's lines and the policy differ: `sync` or `gen-makefiles` fixes it";
+    StaleAcknowledgement "stale-acknowledgement" Finding false Always(1),
+        "an `[[acknowledge]]` entry matches no finding of the tree";
+    Acknowledged "acknowledged" Note false Always(0), "a finding an `[[acknowledge]]` entry keeps, with its reason";
+    NotApplicable "not-applicable" Note false Always(0), "a requirement on an object the tree does not build";
+    ReservedProfile "reserved-profile" BadInput false Always(2),
+        "a `[[profile]]` named like a profile Cargo defines (`dev`, `release`, `test`, `bench`, …)";
+    ProcMacroCrate "proc-macro-crate" BadInput false Always(2), "a sanitizer or `sancov` forced on a proc-macro crate";
+    UnlinkedRuntime "unlinked-runtime" Warning false Always(0),
+        "a sanitizer forced on a library in a profile that does not enable it, while a member binary linking it is not built with it";
+    BadCategory "bad-category" BadInput false Always(2),
+        "a unit's `category` that is blank, longer than 40 characters, or holds a control character, `|` or a backtick";
+    UnknownSymbol "unknown-symbol" BadInput false Always(2), "a `when` naming a symbol no `Kconfig` file of the tree declares";
+    IncludeCycle "include-cycle" BadInput false Always(2), "policy includes form a cycle";
+    BadInclude "bad-include" BadInput false Always(2),
+        "an include that is absolute, leaves the including policy's directory, is not a regular file or does not exist";
+    BadRevision "bad-revision" BadInput false Always(2), "`diff --base REV` is not a commit";
+    PolicyRemoved "policy-removed" Drift false Always(1), "pre-commit: the commit deletes the policy from the index";
+    DeletedKbuildFile "deleted-kbuild-file" Drift false Always(1),
+        "pre-commit: the commit deletes a kbuild file holding the policy's lines";
+    Unwritable "unwritable" Io false Always(2),
+        "the kernel refuses to open a file to write: immutable or append-only, a read-only mount, no permission";
+    ChangedDuringRun "changed-during-run" Io false Always(2),
+        "between reading and writing, a file to write changed or a directory on its way was replaced";
+    Locked "locked" Io false Always(2),
+        "another run has held the tree's write lock for 2 minutes (`fuser -v TREE` shows it), or the file system has no `flock`";
+    BadConfig "bad-config" BadInput false Always(2), "a `--config` line that is neither `CONFIG_X=value` nor a comment";
+    OpaqueConstruct "opaque-construct" Finding true Always(1),
+        "a requirement cannot be proven: an `include`, `$(eval)` or similar line may change the mechanism";
+    BadProfileName "bad-profile-name" BadInput false Always(2),
+        "a `[[profile]]` name that is not a Cargo profile name (letters, digits, `-`, `_`, starting with a letter)";
+    BadCrateName "bad-crate-name" BadInput false Always(2), "a `[[crate]]` `name` that is not a package name or `name@version`";
+    DuplicateProfile "duplicate-profile" BadInput false Always(2), "a profile declared twice";
+    DuplicateCrate "duplicate-crate" BadInput false Always(2), "two `[[crate]]` entries naming one package";
+    FlagsOutsidePolicy "flags-outside-policy" Finding true Always(1),
+        "a requirement's object gets its mechanism's flags from a line that is not the mechanism's variable (`CFLAGS_x.o`, `ccflags-y`, … naming `$(CFLAGS_KASAN)` and the like)";
+    CentralReset "central-reset" Drift false WritingOrJudging(2, 1),
+        "central layout: the policy dropped a directory's line that the central file cannot reset exactly: writing refuses; to `check` and `--check` it is drift";
+    RulesDirective "rules-directive" Finding false Always(1),
+        "an instrumentation line in `scripts/Makefile.lib` or `scripts/Makefile.build`: Kbuild reads it for every directory, over what units and kbuild files say";
+    BadSnapshot "bad-snapshot" BadInput false Always(2),
+        "the effective snapshot cannot be read or fails validation (truncated, edited by hand, its checksum or tree line wrong): restore or regenerate it";
 }
 
 impl Code {
+    /// This code's row of [`CODES`].
+    pub fn info(self) -> &'static CodeInfo {
+        &CODES[self as usize]
+    }
+
     pub fn as_str(self) -> &'static str {
-        match self {
-            Code::Io => "io",
-            Code::TomlSyntax => "toml-syntax",
-            Code::UnknownKey => "unknown-key",
-            Code::WrongType => "wrong-type",
-            Code::MissingKey => "missing-key",
-            Code::UnknownMechanism => "unknown-mechanism",
-            Code::EmptyReason => "empty-reason",
-            Code::DuplicateUnit => "duplicate-unit",
-            Code::SkipAndForce => "skip-and-force",
-            Code::BadPath => "bad-path",
-            Code::BadCondition => "bad-condition",
-            Code::UnknownVariable => "unknown-variable",
-            Code::Unsupported => "unsupported",
-            Code::Rules => "rules",
-            Code::MissingDirectory => "missing-directory",
-            Code::MissingKbuildFile => "missing-kbuild-file",
-            Code::BadMarker => "bad-marker",
-            Code::HandEditedBlock => "hand-edited-block",
-            Code::MissingSource => "missing-source",
-            Code::ConflictingDirective => "conflicting-directive",
-            Code::UnmanagedDirective => "unmanaged-directive",
-            Code::StaleFile => "stale-file",
-            Code::Unrepresentable => "unrepresentable",
-            Code::PlaceholderReason => "placeholder-reason",
-            Code::RecursionProne => "recursion-prone",
-            Code::UnreadByTree => "unread-by-tree",
-            Code::Workspace => "workspace",
-            Code::UnknownCrate => "unknown-crate",
-            Code::AmbiguousCrate => "ambiguous-crate",
-            Code::UnownedTable => "unowned-table",
-            Code::UndocumentedAttribute => "undocumented-attribute",
-            Code::UnparsableSource => "unparsable-source",
-            Code::BadReason => "bad-reason",
-            Code::ConflictingUnits => "conflicting-units",
-            Code::Symlink => "symlink",
-            Code::Drift => "drift",
-            Code::StaleAcknowledgement => "stale-acknowledgement",
-            Code::Acknowledged => "acknowledged",
-            Code::NotApplicable => "not-applicable",
-            Code::ReservedProfile => "reserved-profile",
-            Code::ProcMacroCrate => "proc-macro-crate",
-            Code::UnlinkedRuntime => "unlinked-runtime",
-            Code::BadCategory => "bad-category",
-            Code::UnknownSymbol => "unknown-symbol",
-            Code::IncludeCycle => "include-cycle",
-            Code::BadInclude => "bad-include",
-            Code::BadRevision => "bad-revision",
-            Code::PolicyRemoved => "policy-removed",
-            Code::DeletedKbuildFile => "deleted-kbuild-file",
-            Code::Unwritable => "unwritable",
-            Code::ChangedDuringRun => "changed-during-run",
-            Code::Locked => "locked",
-            Code::BadConfig => "bad-config",
-            Code::OpaqueConstruct => "opaque-construct",
-            Code::BadProfileName => "bad-profile-name",
-            Code::BadCrateName => "bad-crate-name",
-            Code::DuplicateProfile => "duplicate-profile",
-            Code::DuplicateCrate => "duplicate-crate",
-            Code::FlagsOutsidePolicy => "flags-outside-policy",
-            Code::CentralReset => "central-reset",
-            Code::BadSnapshot => "bad-snapshot",
-        }
+        self.info().name
+    }
+
+    /// The code named `name` (as printed), if any.
+    pub fn by_name(name: &str) -> Option<Code> {
+        CODES.iter().find(|c| c.name == name).map(|c| c.code)
+    }
+
+    /// Every code's name, in table order.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        CODES.iter().map(|c| c.name)
+    }
+
+    /// Whether a policy's `[[acknowledge]]` may name findings of this code.
+    pub fn is_acknowledgeable(self) -> bool {
+        self.info().acknowledgeable
     }
 
     /// Bad input stops every command with exit code 2 before anything is written; findings
     /// are what `check` exists to report (exit code 1). A placeholder reason is a warning,
     /// and bad input only where the policy must have real reasons (`--strict`).
     pub fn is_bad_input(self) -> bool {
-        !matches!(
-            self,
-            Code::MissingSource
-                | Code::ConflictingDirective
-                | Code::UnmanagedDirective
-                | Code::StaleFile
-                | Code::Unrepresentable
-                | Code::RecursionProne
-                | Code::UnreadByTree
-                | Code::HandEditedBlock
-                | Code::UndocumentedAttribute
-                | Code::UnparsableSource
-                | Code::PolicyRemoved
-                | Code::DeletedKbuildFile
-                | Code::UnlinkedRuntime
-                | Code::Drift
-                | Code::OpaqueConstruct
-                | Code::FlagsOutsidePolicy
-                | Code::CentralReset
-                | Code::StaleAcknowledgement
-                | Code::Acknowledged
-                | Code::NotApplicable
-        )
+        matches!(self.info().class, Class::Io | Class::Usage | Class::Internal | Class::BadInput)
     }
 
     /// Drift: the tree's directives (or a generated file) differ from the policy. The same
     /// codes fail `check`, `gen-makefiles --check` and the pre-commit hook, and cannot be
     /// acknowledged: they are fixed by `sync` or `gen-makefiles`.
     pub fn is_drift(self) -> bool {
-        matches!(
-            self,
-            Code::Drift
-                | Code::StaleFile
-                | Code::UnmanagedDirective
-                | Code::ConflictingDirective
-                | Code::HandEditedBlock
-                | Code::PolicyRemoved
-                | Code::DeletedKbuildFile
-                | Code::CentralReset
-        )
+        self.info().class == Class::Drift
     }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The README's code table, rendered from [`CODES`] (`tests/codes.rs` keeps the README's copy
+/// equal to it).
+pub fn code_table() -> String {
+    let mut out = String::from("| code | class | exit | acknowledgeable | what is wrong |\n|---|---|---|---|---|\n");
+    for c in CODES {
+        let ack = if c.acknowledgeable { "yes" } else { "" };
+        let doc = c.doc.replace('|', "\\|");
+        out.push_str(&format!("| `{}` | {} | {} | {ack} | {doc} |\n", c.name, c.class.as_str(), c.exit));
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -642,6 +720,36 @@ mod tests {
     fn bad_input_and_findings_are_told_apart() {
         assert!(Code::UnknownMechanism.is_bad_input());
         assert!(!Code::RecursionProne.is_bad_input());
+    }
+
+    /// The table is in enum order (so [`Code::info`] indexes it), names are unique kebab-case,
+    /// and a row's class agrees with its exit code and whether it can be acknowledged.
+    #[test]
+    fn the_code_table_is_consistent() {
+        let mut names = std::collections::BTreeSet::new();
+        for (i, c) in CODES.iter().enumerate() {
+            assert_eq!(c.code as usize, i, "`{}` is out of order", c.name);
+            assert!(names.insert(c.name), "`{}` twice", c.name);
+            assert!(c.name.chars().all(|ch| ch.is_ascii_lowercase() || ch == '-'), "`{}`", c.name);
+            assert_eq!(Code::by_name(c.name), Some(c.code));
+            assert!(!c.doc.contains('\n') && !c.doc.ends_with('.'), "`{}`: one line, no final period", c.name);
+            let exits: Vec<u8> = match c.exit {
+                Exit::Always(e) => vec![e],
+                Exit::WritingOrJudging(w, j) => vec![w, j],
+                Exit::UnlessStrict => vec![0, 2],
+            };
+            match c.class {
+                Class::Io | Class::Usage | Class::Internal | Class::BadInput => {
+                    assert!(exits.contains(&2), "{}", c.name)
+                }
+                Class::Finding => assert_eq!(exits, [1], "{}", c.name),
+                Class::Drift => assert!(exits.iter().all(|e| *e <= 2), "{}", c.name),
+                Class::Warning | Class::Note => assert_eq!(exits, [0], "{}", c.name),
+            }
+            if c.acknowledgeable {
+                assert!(matches!(c.class, Class::Finding | Class::Warning), "`{}`: only findings", c.name);
+            }
+        }
     }
 
     #[test]

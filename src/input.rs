@@ -15,8 +15,8 @@ pub const POLICY_LIMIT: u64 = 64 << 20;
 pub const KBUILD_LIMIT: u64 = 16 << 20;
 /// Rust sources and manifests of a Cargo workspace.
 pub const SOURCE_LIMIT: u64 = 64 << 20;
-/// An object, call graph or archive of a kernel build that `derive` reads: the largest object
-/// of a 6.12 KASAN build is a few MiB (`vmlinux.o`, never read, is larger).
+/// Files of a kernel build directory `derive` reads: archives, objects, gcc's call graphs (the
+/// largest object of a 6.12 KASAN build is a few MiB; `vmlinux.o`, never read, is larger).
 pub const BUILD_LIMIT: u64 = 512 << 20;
 
 /// Why a file could not be read.

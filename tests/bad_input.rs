@@ -231,6 +231,36 @@ fn cases() -> Vec<Case> {
         )
         .says("did you mean `kasan`?"),
         policy_case(
+            "unknown code in an acknowledgement",
+            "[[acknowledge]]\ncode = \"missing-sorce\"\npath = \"lib/plain.o\"\nwhy = \"Typo.\"\n",
+            &[("unknown-key", "./sanitizer-policy.toml:7:8")],
+        )
+        .says("unknown code `missing-sorce`"),
+        policy_case(
+            "misspelt code in an acknowledgement",
+            "[[acknowledge]]\ncode = \"recursion-prone \"\npath = \"lib/plain.o\"\nwhy = \"Typo.\"\n",
+            &[("unknown-key", "./sanitizer-policy.toml:7:8")],
+        )
+        .says("did you mean `recursion-prone`?"),
+        policy_case(
+            "drift acknowledged",
+            "[[acknowledge]]\ncode = \"drift\"\npath = \"lib/plain.o\"\nwhy = \"Drift is fixed, not kept.\"\n",
+            &[("unknown-key", "./sanitizer-policy.toml:7:8")],
+        )
+        .says("`drift` findings cannot be acknowledged"),
+        policy_case(
+            "one condition spelled two ways",
+            "[[unit]]\npath = \"lib/plain.o\"\nskip = [\"kasan\"]\nwhen = \"ifeq ($(CONFIG_FOO),y)\"\nwhy = \"One.\"\n\n\
+             [[unit]]\npath = \"lib/plain.o\"\nforce = [\"kasan\"]\nwhen = \"ifeq '$(CONFIG_FOO)' 'y'\"\nwhy = \"Two.\"\n",
+            &[("duplicate-unit", "./sanitizer-policy.toml:13:8")],
+        ),
+        policy_case(
+            "ifdef and ifneq of one symbol",
+            "[[unit]]\npath = \"lib/plain.o\"\nskip = [\"kasan\"]\nwhen = \"ifdef CONFIG_FOO\"\nwhy = \"One.\"\n\n\
+             [[unit]]\npath = \"lib/plain.o\"\nskip = [\"kasan\"]\nwhen = \"ifneq ($(CONFIG_FOO), )\"\nwhy = \"Two.\"\n",
+            &[("duplicate-unit", "./sanitizer-policy.toml:13:8")],
+        ),
+        policy_case(
             "empty reason",
             "[[unit]]\npath = \"lib/plain.o\"\nskip = [\"kasan\"]\nwhy = \"  \"\n",
             &[("empty-reason", "./sanitizer-policy.toml:9:7")],

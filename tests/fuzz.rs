@@ -391,6 +391,7 @@ fn unit(dir: &str, object: Option<&str>, settings: BTreeMap<MechId, Setting>, wh
         why: why.to_string(),
         why_location: here.clone(),
         links: Vec::new(),
+        conditions: when.iter().map(|w| sanpolicy::policy::condition_key(w)).collect(),
         when,
         when_locations: Vec::new(),
         vars: BTreeMap::new(),

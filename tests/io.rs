@@ -704,3 +704,52 @@ fn new_files_honour_the_umask() {
         }
     }
 }
+
+/// The effective snapshot, a `--config FILE` and the arch Makefile that names a directory's
+/// objects (`$(BITS)`), as a FIFO or `/dev/zero`: every command reading one stops at that file
+/// (`bad-snapshot` for the snapshot, `io` for the others), saying what it is (exit 2, within
+/// the watchdog of [`run`]), and changes nothing.
+#[test]
+fn a_snapshot_config_or_arch_makefile_that_is_not_a_regular_file_is_named_never_read() {
+    let snapshot = "sanitizer-policy.effective.txt";
+    for kind in [Kind::Fifo, Kind::Zero] {
+        // The snapshot beside the policy.
+        let tree = Tree::new("mechanisms", V6_12);
+        kind.make(&tree.join(snapshot));
+        // (`explain` does not read the snapshot.)
+        let commands: [&[&str]; 4] =
+            [&["gen-makefiles"], &["gen-makefiles", "--check"], &["check"], &["sync", "--tree", "."]];
+        expect_error(&tree, &commands, ("bad-snapshot", &format!("./{snapshot}")), kind, "snapshot");
+        // `--config FILE`.
+        let tree = Tree::new("mechanisms", V6_12);
+        kind.make(&tree.join("build.config"));
+        let commands: [&[&str]; 2] =
+            [&["check", "--config", "build.config"], &["explain", "lib/plain.o", "--config", "build.config"]];
+        expect_error(&tree, &commands, ("io", "build.config"), kind, "--config");
+        // `arch/x86/Makefile`, read for `head$(BITS).o` under `arch/x86/`.
+        let tree = Tree::new("bits", V6_12);
+        kind.make(&tree.join("arch/x86/Makefile"));
+        let commands: [&[&str]; 4] =
+            [&["gen-makefiles"], &["gen-makefiles", "--check"], &["check"], &["explain", "arch/x86/kernel/head64.o"]];
+        expect_error(&tree, &commands, ("io", "arch/x86/Makefile"), kind, "arch Makefile");
+    }
+}
+
+/// Each of `commands` exits 2 with an error of `code` at `at` naming `kind`, changing nothing.
+#[track_caller]
+fn expect_error(tree: &Tree, commands: &[&[&str]], (code, at): (&str, &str), kind: Kind, what: &str) {
+    let before = fingerprint(tree.path());
+    for command in commands {
+        let case = format!("{kind:?} as the {what}, {command:?}");
+        let r = run(tree.path(), command);
+        assert_eq!(r.code, 2, "{case}: {}", r.stderr);
+        let found = errors(&r.stderr);
+        assert!(
+            found.iter().any(|(c, l, m)| c == code && l.ends_with(at) && m.contains(kind.what())),
+            "{case}: expected {code} at `{at}` saying `{}`: {found:?}\n{}",
+            kind.what(),
+            r.stderr
+        );
+        assert_same(&before, &fingerprint(tree.path()), &case);
+    }
+}

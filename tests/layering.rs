@@ -217,3 +217,133 @@ fn scanner_reads_use_trees_paths_and_super() {
     assert_eq!(v.len(), 3, "{v:?}");
     assert!(v[0].starts_with("src/kbuild/rules.rs:2: kbuild (stage 5) -> emit (stage 7)"), "{v:?}");
 }
+
+/// Files under `src/` that may read without `src/input.rs`, each with the reason. Anything
+/// else that reads a file (issue 18) goes through `input.rs`: only a regular file, opened
+/// without blocking, never more than a bound.
+const READS_OUTSIDE_INPUT: &[(&str, &str)] = &[(
+    "src/review/hook.rs",
+    "reads the stdout pipe of `git cat-file --batch`, a child it started (never a path), \
+     each blob through `take` to its bound",
+)];
+
+/// The calls that read a file's contents: `fs::read`, `fs::read_to_string`, `File::open`,
+/// `OpenOptions` (opening to read), `BufReader`, and the reader methods `read_to_string`
+/// (other than `input::read_to_string`) and `read_to_end`.
+fn direct_reads(tokens: &[TokenTree], out: &mut Vec<(String, usize)>) {
+    let mut i = 0;
+    while i < tokens.len() {
+        // `#[cfg(test)]` items (the unit tests) may read their scratch files directly.
+        if is_cfg_test(tokens, i) {
+            i = end_of_item(tokens, i + 2);
+            continue;
+        }
+        if let TokenTree::Group(g) = &tokens[i] {
+            let inner: Vec<TokenTree> = g.stream().into_iter().collect();
+            direct_reads(&inner, out);
+        }
+        if let TokenTree::Ident(id) = &tokens[i] {
+            let name = id.to_string();
+            let after = |prefix: &str| i >= 3 && is_path_sep(tokens, i - 2) && tokens[i - 3].to_string() == prefix;
+            let found = match name.as_str() {
+                "read" | "read_to_string" if after("fs") => Some(format!("fs::{name}")),
+                "open" if after("File") => Some("File::open".into()),
+                "OpenOptions" | "BufReader" | "read_to_end" => Some(name.clone()),
+                "read_to_string" if !after("input") => Some(name.clone()),
+                _ => None,
+            };
+            if let Some(call) = found {
+                out.push((call, id.span().start().line));
+            }
+        }
+        i += 1;
+    }
+}
+
+/// Whether `tokens[i..]` is `#[cfg(test)]`.
+fn is_cfg_test(tokens: &[TokenTree], i: usize) -> bool {
+    matches!((tokens.get(i), tokens.get(i + 1)),
+        (Some(TokenTree::Punct(p)), Some(TokenTree::Group(g)))
+            if p.as_char() == '#' && g.delimiter() == Delimiter::Bracket
+                && g.stream().to_string().replace(' ', "") == "cfg(test)")
+}
+
+/// The index after the item starting at `tokens[i]`: past its body (`{…}`) or its `;`.
+fn end_of_item(tokens: &[TokenTree], mut i: usize) -> usize {
+    while i < tokens.len() {
+        match &tokens[i] {
+            TokenTree::Group(g) if g.delimiter() == Delimiter::Brace => return i + 1,
+            TokenTree::Punct(p) if p.as_char() == ';' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    i
+}
+
+/// Every direct read in the files under `root` but `input.rs` and the allowed ones, as
+/// `file:line: call` lines.
+fn reads_outside_input(root: &Path, allowed: &[(&str, &str)]) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let rel = format!("src/{}", path.strip_prefix(root).unwrap().display());
+        if rel == "src/input.rs" || allowed.iter().any(|(f, _)| *f == rel) {
+            continue;
+        }
+        let tokens: Vec<TokenTree> =
+            TokenStream::from_str(&fs::read_to_string(&path).unwrap()).unwrap().into_iter().collect();
+        let mut found = Vec::new();
+        direct_reads(&tokens, &mut found);
+        out.extend(found.into_iter().map(|(call, line)| format!("{rel}:{line}: {call}")));
+    }
+    proc_macro2::extra::invalidate_current_thread_spans();
+    out
+}
+
+#[test]
+fn every_file_is_read_through_input() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for (file, reason) in READS_OUTSIDE_INPUT {
+        assert!(root.parent().unwrap().join(file).is_file(), "allowed `{file}` does not exist: remove its entry");
+        assert!(reason.split_whitespace().count() >= 5, "`{file}` is allowed without a reason: say why");
+    }
+    let found = reads_outside_input(&root, READS_OUTSIDE_INPUT);
+    assert!(
+        found.is_empty(),
+        "{} reads bypass src/input.rs (read through `crate::input::read*`, or add the file to \
+         READS_OUTSIDE_INPUT with the reason):\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+/// The read scanner itself: what it must see and what it must not.
+#[test]
+fn read_scanner_sees_reads_and_skips_unit_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    fs::write(src.join("input.rs"), "fn r() { std::fs::read(p); }\n").unwrap();
+    fs::write(
+        src.join("a.rs"),
+        "use std::io::BufReader;\n\
+         fn f() { let t = std::fs::read_to_string(p); }\n\
+         fn g() { let f = File::open(p); f.read_to_end(&mut v); crate::input::read_to_string(p, 1); }\n\
+         /// fs::read(p) in a doc\nfn h() { s.read_to_string(&mut t); fs::metadata(p); }\n\
+         #[cfg(test)]\nmod tests { fn t() { std::fs::read(p); } }\n",
+    )
+    .unwrap();
+    fs::write(src.join("b.rs"), "fn f() { std::fs::read(p); }\n").unwrap();
+    let found = reads_outside_input(src, &[("src/b.rs", "a reason")]);
+    assert_eq!(
+        found,
+        [
+            "src/a.rs:1: BufReader",
+            "src/a.rs:2: fs::read_to_string",
+            "src/a.rs:3: File::open",
+            "src/a.rs:3: read_to_end",
+            "src/a.rs:5: read_to_string",
+        ]
+    );
+}

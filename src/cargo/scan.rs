@@ -286,7 +286,7 @@ pub fn generic_api(package: &Package) -> Option<GenericApi> {
     let mut api = GenericApi::default();
     let files = walkdir::WalkDir::new(dir).sort_by_file_name().into_iter().flatten();
     for entry in files.filter(|e| e.file_type().is_file() && e.path().extension().is_some_and(|x| x == "rs")) {
-        let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
+        let Ok(text) = crate::input::read_to_string(entry.path(), crate::input::SOURCE_LIMIT) else { continue };
         if let Ok(file) = syn::parse_file(&text) {
             GenericVisitor { api: &mut api, impl_: None }.visit_file(&file);
         }

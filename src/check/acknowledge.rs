@@ -19,7 +19,7 @@ pub fn apply(policy: &Policy, diags: Diagnostics, judged: bool) -> Diagnostics {
             policy
                 .acknowledged
                 .iter()
-                .position(|a| a.code == d.code.as_str() && subject.path == a.path && subject.mechanism == a.mechanism)
+                .position(|a| a.code == d.code && subject.path == a.path && subject.mechanism == a.mechanism)
         });
         match found {
             Some(i) if d.is_error() || d.severity == crate::diagnostic::Severity::Warning => {

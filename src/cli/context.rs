@@ -121,6 +121,10 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
     }
     diags.extend(policy_diags);
     diags.extend(rule_diags);
+    if let Some(tree) = &tree {
+        let dirs = policy.units.iter().map(|u| &u.path).chain(policy.requirements.iter().map(|r| &r.path));
+        diags.extend(arch_problems(tree, dirs.map(|p| p.kbuild_dir.as_str())));
+    }
     if diags.has_bad_input() {
         ui.report(&diags.sorted());
         return Err(EXIT_BAD_INPUT);
@@ -185,7 +189,7 @@ pub fn plan_with_snapshot(
         (plan, snapshot.join())
     });
     let Ok(((snapshot, change), base)) = snapshot else {
-        plan.diags.push(Diagnostic::error(Code::Io, "computing the effective snapshot failed (a sanpolicy bug)"));
+        plan.diags.push(Diagnostic::error(Code::Internal, "computing the effective snapshot failed (a sanpolicy bug)"));
         return (plan, Base::default());
     };
     plan.changes.push(change);
@@ -225,6 +229,16 @@ fn effective_snapshot(inputs: &Inputs, out: Option<&Path>) -> (Snapshot, Change)
 /// validated, when it was written for this tree (else unknown: a first application).
 pub fn base_for(inputs: &Inputs, out: Option<&Path>, program: &str) -> Result<Base, Box<Diagnostic>> {
     snapshot::read_base(&inputs.policy_path, &binding(inputs, out), program)
+}
+
+/// Why the arch Makefiles that name objects of `dirs` (directories under `arch/<arch>/`)
+/// cannot be read, one diagnostic per arch Makefile.
+pub fn arch_problems<'a>(tree: &Path, dirs: impl Iterator<Item = &'a str>) -> Diagnostics {
+    let mut arches: Vec<&str> = dirs.filter_map(|d| d.strip_prefix("arch/")?.split('/').next()).collect();
+    arches.sort_unstable();
+    arches.dedup();
+    let problems = arches.into_iter().filter_map(|a| crate::kbuild::arch::read_problem(tree, &format!("arch/{a}/")));
+    Diagnostics(problems.map(|d| *d).collect())
 }
 
 pub fn plan_for(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: Sweeping) -> Plan {

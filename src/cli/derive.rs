@@ -58,7 +58,7 @@ pub fn run(args: &DeriveArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Some(tree) = args.tree.clone().or_else(|| defaults.tree.clone()) else {
         return bad(
             ui,
-            Diagnostic::error(Code::Io, "derive needs a kernel tree")
+            Diagnostic::error(Code::Usage, "derive needs a kernel tree")
                 .hint(format!("pass it: `{} derive --tree DIR`", defaults.program)),
         );
     };
@@ -87,7 +87,7 @@ pub fn run(args: &DeriveArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         return bad(
             ui,
             Diagnostic::error(
-                Code::Io,
+                Code::Usage,
                 format!("`{}` has no `scripts/config`: not a kernel source tree", tree.display()),
             )
             .hint("pass the top of a kernel source tree with `--tree DIR`"),

@@ -26,7 +26,7 @@ pub fn pre_commit_run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8
     {
         Ok(o) => o,
         Err(e) => {
-            ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, e).hint("run inside a git checkout")]));
+            ui.report(&Diagnostics(vec![Diagnostic::error(Code::Usage, e).hint("run inside a git checkout")]));
             return EXIT_BAD_INPUT;
         }
     };
@@ -93,7 +93,9 @@ pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> 
     let dir = match hook::hooks_dir(&tree) {
         Ok(d) => d,
         Err(e) => {
-            ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, e).hint("run inside the kernel's git checkout")]));
+            ui.report(&Diagnostics(vec![
+                Diagnostic::error(Code::Usage, e).hint("run inside the kernel's git checkout")
+            ]));
             return EXIT_BAD_INPUT;
         }
     };
@@ -101,7 +103,7 @@ pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> 
     if let Ok(existing) = crate::input::read_to_string(&path, crate::input::SOURCE_LIMIT) {
         if !existing.contains(hook::HOOK_MARKER) && !args.force {
             ui.report(&Diagnostics(vec![Diagnostic::error(
-                Code::Io,
+                Code::Usage,
                 format!("`{}` exists and was not written by sanpolicy", path.display()),
             )
             .hint("pass `--force` to replace it, or call `sanpolicy pre-commit` from your own hook")]));
@@ -115,7 +117,9 @@ pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> 
     let in_repo = match hook::tree_in_repo(&tree) {
         Ok(rel) => rel,
         Err(e) => {
-            ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, e).hint("run inside the kernel's git checkout")]));
+            ui.report(&Diagnostics(vec![
+                Diagnostic::error(Code::Usage, e).hint("run inside the kernel's git checkout")
+            ]));
             return EXIT_BAD_INPUT;
         }
     };

@@ -53,7 +53,7 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     };
     let Ok(rules) = rules_for_tree(&tree, ui) else { return EXIT_BAD_INPUT };
     if !to_stdout && out.exists() && !args.force {
-        ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, format!("`{}` already exists", out.display()))
+        ui.report(&Diagnostics(vec![Diagnostic::error(Code::Usage, format!("`{}` already exists", out.display()))
             .hint("pass `--force` to overwrite it, or `--out FILE`")]));
         return EXIT_BAD_INPUT;
     }
@@ -167,8 +167,11 @@ fn adoption(
             };
             for c in plan.changes.iter().filter(|c| !c.is_noop() && !own(c)) {
                 diags.push(
-                    Diagnostic::error(Code::Io, format!("adopting would change `{}` (a sanpolicy bug)", c.display))
-                        .hint("report it with the file; import without `--adopt` meanwhile"),
+                    Diagnostic::error(
+                        Code::Internal,
+                        format!("adopting would change `{}` (a sanpolicy bug)", c.display),
+                    )
+                    .hint("report it with the file; import without `--adopt` meanwhile"),
                 );
             }
             if diags.has_errors() {

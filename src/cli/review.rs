@@ -41,6 +41,19 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    if let Some(tree) = inputs.tree.as_deref() {
+        let dirs: Vec<String> = args
+            .objects
+            .iter()
+            .filter_map(|o| crate::policy::UnitPath::parse(&object_in_tree(o, Some(tree)), None).ok())
+            .map(|p| p.kbuild_dir)
+            .collect();
+        let problems = super::context::arch_problems(tree, dirs.iter().map(String::as_str));
+        if problems.has_errors() {
+            ui.report(&problems);
+            return EXIT_BAD_INPUT;
+        }
+    }
     let plan = inputs.tree.as_ref().map(|_| plan_for(&inputs, None, defaults, true, Sweeping::No));
     let mut json = Vec::new();
     for object in &args.objects {
@@ -68,6 +81,8 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             }
         }
         let outside = outside_lines(&e, tree);
+        let object = e.object.strip_prefix(&format!("{}/", e.kbuild_dir)).unwrap_or(&e.object);
+        let rules_lines = inputs.rules.lines_for(object);
         match args.format {
             Format::Json => {
                 let mut j = explain::to_json(&e, &inputs.policy);
@@ -76,6 +91,10 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                         |(at, l)| serde_json::json!({"mechanism": l.mech.get().name, "at": at, "line": l.describe()}),
                     );
                     map.insert("outside_policy".into(), serde_json::Value::Array(lines.collect()));
+                    let lines = rules_lines.iter().map(|l| {
+                        serde_json::json!({"mechanism": l.mech.get().name, "at": l.location.to_string(), "line": l.text})
+                    });
+                    map.insert("rules_files".into(), serde_json::Value::Array(lines.collect()));
                 }
                 json.push(j)
             }
@@ -83,6 +102,14 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                 out!("{}", explain::render_text(&e, &inputs.policy, &defaults.program));
                 for (at, l) in &outside {
                     outln!("  {:<18} also decided outside the policy: {at}: {}", l.mech.get().name, l.describe());
+                }
+                for l in &rules_lines {
+                    outln!(
+                        "  {:<18} not certain: `{}` at {} is read for every directory, over the state above",
+                        l.mech.get().name,
+                        l.text,
+                        l.location
+                    );
                 }
             }
         }

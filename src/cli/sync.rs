@@ -24,7 +24,8 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Ok(lock) = lock_tree(tree.as_deref(), ui) else { return EXIT_BAD_INPUT };
     let Ok(inputs) = inputs(&args.common, defaults, true, ui) else { return EXIT_BAD_INPUT };
     let Some(tree) = inputs.tree.clone() else {
-        eprintln!("error: `sync` needs a kernel tree: pass `--tree DIR`");
+        let usage = Diagnostic::error(Code::Usage, "`sync` needs a kernel tree").hint("pass `--tree DIR`");
+        ui.report(&Diagnostics(vec![usage]));
         return EXIT_BAD_INPUT;
     };
     let main = inputs.policy.files.first().map(|(_, t)| t.clone()).unwrap_or_default();

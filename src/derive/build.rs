@@ -110,7 +110,7 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
     if !config.is_file() {
         make(tree, build, &["tinyconfig"], &mut output, &log)?;
     }
-    if !configured(&crate::input::read_to_string(&config, crate::input::KBUILD_LIMIT).unwrap_or_default(), runtime) {
+    if !configured(&read_text(&config), runtime) {
         let mut args: Vec<String> = vec!["--file".into(), config.display().to_string()];
         for (flag, symbols) in [("-e", &runtime.config.enable), ("-d", &runtime.config.disable)] {
             for s in symbols {
@@ -119,7 +119,7 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
         }
         run(Command::new(tree.join("scripts/config")).args(&args), "scripts/config", &mut output, &log)?;
         make(tree, build, &["olddefconfig"], &mut output, &log)?;
-        let text = crate::input::read_to_string(&config, crate::input::KBUILD_LIMIT).unwrap_or_default();
+        let text = read_text(&config);
         if let Some(missing) = runtime.config.require.iter().find(|s| !is_set(&text, s)) {
             return Err(Failure {
                 message: format!("CONFIG_{missing} is not `y` in `{}` after olddefconfig", config.display()),
@@ -146,7 +146,7 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
 /// `.` where the tree's top Makefile has the descent's `$(build-dir): prepare` rule (that rule
 /// is what make runs; its presence is only how the target is chosen), `vmlinux` otherwise.
 fn target(tree: &Path) -> &'static str {
-    let top = crate::input::read_to_string(&tree.join("Makefile"), crate::input::KBUILD_LIMIT).unwrap_or_default();
+    let top = read_text(&tree.join("Makefile"));
     if top.lines().any(|l| l.starts_with("$(build-dir): prepare")) {
         TARGET
     } else {
@@ -193,6 +193,12 @@ fn run(cmd: &mut Command, what: &str, output: &mut String, log: &Path) -> Result
 /// The log is a by-product in the build directory; failing to write it must not hide the result.
 fn write_log(log: &Path, output: &str) {
     let _ = crate::output::write_atomic(log, output);
+}
+
+/// A text file of the tree or the build (its `.config`, the top `Makefile`) through
+/// [`crate::input`]; empty when it cannot be read (then the build step that needs it runs).
+fn read_text(path: &Path) -> String {
+    crate::input::read_to_string(path, crate::input::KBUILD_LIMIT).unwrap_or_default()
 }
 
 #[cfg(test)]

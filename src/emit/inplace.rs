@@ -195,7 +195,9 @@ fn apply(text: &str, mut splices: Vec<Splice>) -> String {
             continue;
         }
         out.push_str(&text[at..s.range.start]);
-        out.push_str(&s.text);
+        // Paragraphs inserted at one place are set off by one blank line, not two.
+        let body = if out.ends_with("\n\n") { s.text.strip_prefix('\n').unwrap_or(&s.text) } else { &s.text };
+        out.push_str(body);
         at = s.range.end;
     }
     out.push_str(&text[at..]);
@@ -246,15 +248,20 @@ fn removals(
             continue;
         }
         let body = b.body_byte..b.close_byte;
+        // A removal ending in the body; it starts above the `if…` line when the comment
+        // paragraph it takes heads the conditional.
+        let inside = |r: &std::ops::Range<usize>| r.end > body.start && r.end <= body.end;
         let mut rest = text[body.clone()].to_string();
-        for r in ranges.iter().filter(|r| r.start >= body.start && r.end <= body.end).rev() {
-            rest.replace_range(r.start - body.start..r.end - body.start, "");
+        for r in ranges.iter().filter(|r| inside(r)).rev() {
+            rest.replace_range(r.start.max(body.start) - body.start..r.end - body.start, "");
         }
-        let touched = ranges.iter().any(|r| r.start >= body.start && r.end <= body.end);
+        let touched = ranges.iter().any(inside);
         if touched && rest.trim().is_empty() {
             let end = text[b.close_byte..].find('\n').map_or(text.len(), |n| b.close_byte + n + 1);
-            ranges.retain(|r| !(r.start >= body.start && r.end <= body.end));
-            ranges.push(lines.start(b.open_line)..end);
+            let open = lines.start(b.open_line);
+            let start = ranges.iter().filter(|r| inside(r)).map(|r| r.start).fold(open, usize::min);
+            ranges.retain(|r| !inside(r));
+            ranges.push(start..end);
         }
     }
     ranges.sort_by_key(|r| r.start);
@@ -712,6 +719,21 @@ mod tests {
         );
         assert_eq!(r.text, expected);
         assert!(matches!(&r.edits[..], [Edit::Added { line: 9, .. }]), "{:?}", r.edits);
+    }
+
+    /// A line whose comment paragraph stands above its conditional: the comment, the `if…`
+    /// line, the line and the `endif` all go (the `endif` was once left behind, and make
+    /// stops at an `extraneous 'endif'`).
+    #[test]
+    fn a_conditional_under_its_lines_comment_goes_whole() {
+        let text = "obj-y += plain.o\n\n# One.\nifdef CONFIG_BAR\nKASAN_SANITIZE_plain.o := n\nendif\n";
+        let policy =
+            "[[unit]]\npath = \"k/plain.o\"\nskip = [\"kasan\"]\nwhen = \"ifdef CONFIG_FOO\"\nwhy = \"One.\"\n";
+        let r = run(text, policy);
+        let parsed = crate::makefile::parse(&r.text);
+        assert_eq!(r.text.matches("endif").count(), r.text.matches("ifdef").count(), "{}", r.text);
+        assert!(!r.text.contains("CONFIG_BAR") && r.text.contains("ifdef CONFIG_FOO\n"), "{}", r.text);
+        assert_eq!(parsed.assignments.iter().filter(|a| a.name == "KASAN_SANITIZE_plain.o").count(), 1, "{}", r.text);
     }
 
     #[test]

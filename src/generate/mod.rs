@@ -464,13 +464,13 @@ fn swept_dirs(
 fn conflicts(units: &[&Unit], rules: &Rules, diags: &mut Diagnostics) -> bool {
     let mut found = false;
     // (conditions, mechanism, stem of the object): the first setting and its unit.
-    type Variable<'a> = (&'a [String], MechId, Option<String>);
+    type Variable<'a> = (&'a [crate::makefile::CondKey], MechId, Option<String>);
     let mut seen: HashMap<Variable, (Setting, &Unit)> = HashMap::new();
     for unit in units {
         for (id, setting) in &unit.settings {
             let naming = rules.naming(*id);
             let stem = unit.path.object.as_deref().map(|o| naming.stem(o));
-            match seen.entry((unit.when.as_slice(), *id, stem)) {
+            match seen.entry((unit.conditions.as_slice(), *id, stem)) {
                 Entry::Vacant(v) => {
                     v.insert((*setting, unit));
                 }

@@ -9,10 +9,11 @@
 //! per-object name into the object's is taken. With no arch Makefile to read, the value is the
 //! part of the object's name the reference stands in.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::dotconfig::DotConfig;
 use super::eval::{Env, Evaluate};
+use crate::diagnostic::Diagnostic;
 use crate::makefile::{self, KbuildFile, Op};
 
 /// The preset for evaluating `object` (relative to `dir`) of `file`.
@@ -69,10 +70,27 @@ pub fn spellings(tree: Option<&Path>, dir: &str, object: &str) -> Vec<String> {
     out
 }
 
-/// `arch/<arch>/Makefile` of the tree, for a directory under `arch/<arch>/`.
-fn arch_makefile(tree: Option<&Path>, dir: &str) -> Option<KbuildFile> {
+/// The path of `arch/<arch>/Makefile` in `tree`, for a directory under `arch/<arch>/`.
+pub fn makefile_path(tree: &Path, dir: &str) -> Option<PathBuf> {
     let arch = dir.strip_prefix("arch/")?.split('/').next().filter(|a| !a.is_empty())?;
-    let text = std::fs::read_to_string(tree?.join("arch").join(arch).join("Makefile")).ok()?;
+    Some(tree.join("arch").join(arch).join("Makefile"))
+}
+
+/// Why the arch Makefile a directory's names are expanded with cannot be read, if it cannot:
+/// something there that is not a regular file (a FIFO, `/dev/zero`), too large, not UTF-8.
+/// Commands ask this before judging (exit 2); a missing arch Makefile is no problem (names are
+/// then solved from the object's own name).
+pub fn read_problem(tree: &Path, dir: &str) -> Option<Box<Diagnostic>> {
+    let path = makefile_path(tree, dir)?;
+    std::fs::metadata(&path).ok()?;
+    makefile::read_kbuild(&path).err()
+}
+
+/// `arch/<arch>/Makefile` of the tree, for a directory under `arch/<arch>/`. Read through
+/// [`makefile::read_kbuild`] (never blocking, bounded); one that cannot be read is
+/// reported by [`read_problem`] before any command judges.
+fn arch_makefile(tree: Option<&Path>, dir: &str) -> Option<KbuildFile> {
+    let text = makefile::read_kbuild(&makefile_path(tree?, dir)?).ok()?;
     Some(makefile::parse(&text))
 }
 

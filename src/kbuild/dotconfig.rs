@@ -1,5 +1,7 @@
 //! A kernel `.config`: the values `include/config/auto.conf` gives make. A symbol set to `y`,
-//! `m`, a number or a string is defined; `# CONFIG_X is not set` and absent symbols are not.
+//! `m`, a number or a string is defined; `# CONFIG_X is not set`, `CONFIG_X=n` and absent
+//! symbols are not (Kconfig reads `=n` of a bool or tristate as n, and `auto.conf` leaves n
+//! symbols out; a later line for a symbol overrides an earlier one).
 
 use std::collections::BTreeMap;
 
@@ -36,6 +38,12 @@ impl DotConfig {
                     message: format!("`{name}` is not a Kconfig symbol (`CONFIG_` and letters, digits, `_`)"),
                 });
             }
+            // `n` is a bool or tristate set to n (an unquoted `n` is no string value): Kconfig
+            // writes no line for it to `auto.conf`, so make sees the symbol undefined.
+            if value == "n" {
+                values.remove(name);
+                continue;
+            }
             // auto.conf keeps the quotes of strings; make compares them with the quotes. Kbuild's
             // conditions only compare bool/tristate/number values, so keep the text as written.
             values.insert(name.to_string(), value.to_string());
@@ -59,6 +67,8 @@ mod tests {
             DotConfig::parse("# comment\nCONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=m\nCONFIG_S=\"x y\"\n\n").unwrap();
         assert_eq!((c.get("CONFIG_A"), c.get("CONFIG_B"), c.get("CONFIG_C")), ("y", "", "m"));
         assert_eq!(c.get("CONFIG_S"), "\"x y\"");
+        let n = DotConfig::parse("CONFIG_A=y\nCONFIG_A=n\nCONFIG_B=n\n").unwrap();
+        assert!(n.values.is_empty(), "{n:?}");
         let e = DotConfig::parse("CONFIG_A=y\nbogus line\n").unwrap_err();
         assert_eq!(e.line, 2);
         assert!(DotConfig::parse("FOO=y\n").is_err());

@@ -29,7 +29,7 @@ pub fn defined_symbols(tree: &Path) -> HashSet<String> {
 fn symbols_of(files: &[PathBuf]) -> HashSet<String> {
     let mut out = HashSet::new();
     for path in files {
-        let Ok(bytes) = std::fs::read(path) else { continue };
+        let Ok(bytes) = crate::input::read_listed(path, crate::input::KBUILD_LIMIT) else { continue };
         // Only lines mentioning `config` can declare a symbol.
         for at in memchr::memmem::find_iter(&bytes, b"config") {
             let line_start = memchr::memrchr(b'\n', &bytes[..at]).map_or(0, |i| i + 1);

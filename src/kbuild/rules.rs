@@ -193,12 +193,31 @@ impl Decision {
     }
 }
 
+/// An instrumentation line in a rules file (`KASAN_SANITIZE := n` added to
+/// `scripts/Makefile.lib`): Kbuild reads it for every directory, beside or over each directory's
+/// own lines, so no unit and no directory's kbuild file says what make does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RulesLine {
+    /// The rules file, relative to the tree (`scripts/Makefile.lib`).
+    pub file: String,
+    pub location: Location,
+    /// The variable it sets (`KASAN_SANITIZE_lockdep.o`).
+    pub name: String,
+    pub mech: MechId,
+    /// The object it names (`lockdep.o`), `None` for a directory-wide line.
+    pub object: Option<String>,
+    /// The line as written, continuations joined.
+    pub text: String,
+}
+
 /// The rules of one tree (or the built-in ones).
 #[derive(Debug, Clone)]
 pub struct Rules {
     /// Where they were read from, for "which rules were picked".
     pub source: String,
     pub decisions: BTreeMap<MechId, Decision>,
+    /// Instrumentation lines in the rules files themselves (none in a pristine tree).
+    pub lines: Vec<RulesLine>,
     /// For each mechanism, the mechanisms whose variables its decision reads (itself, and
     /// UBSAN for signed-wrap).
     reads: BTreeMap<MechId, Vec<MechId>>,
@@ -220,7 +239,7 @@ impl Rules {
             _ => Err("not built in".to_string()),
         };
         let (rules, diags) = Rules::from_texts("built-in Linux 6.12 rules", &read);
-        debug_assert!(diags.is_empty(), "{diags:?}");
+        debug_assert!(diags.is_empty() && rules.lines.is_empty(), "{diags:?} {:?}", rules.lines);
         rules
     }
 
@@ -242,10 +261,15 @@ impl Rules {
         let mut decisions = BTreeMap::new();
         // Each rules file read and split into logical lines once, for all its mechanisms.
         let mut cache: BTreeMap<&str, Result<(PathBuf, LogicalLines), String>> = BTreeMap::new();
+        let mut lines = Vec::new();
         for id in MechId::all() {
             let m = id.get();
-            let entry =
-                cache.entry(m.rules_file).or_insert_with(|| read(m.rules_file).map(|(p, t)| (p, logical_lines(&t))));
+            let entry = cache.entry(m.rules_file).or_insert_with(|| {
+                read(m.rules_file).map(|(p, t)| {
+                    lines.extend(directive_lines(m.rules_file, &p, &t));
+                    (p, logical_lines(&t))
+                })
+            });
             let (path, lines) = match entry {
                 Ok(found) => found,
                 Err(why) => {
@@ -274,7 +298,7 @@ impl Rules {
             decisions.clear();
         }
         let reads = MechId::all().map(|id| (id, read_by(decisions.get(&id), id))).collect();
-        (Rules { source: source.to_string(), decisions, reads }, diags.sorted())
+        (Rules { source: source.to_string(), decisions, lines, reads }, diags.sorted())
     }
 
     /// The mechanisms whose lines can decide `id`.
@@ -292,6 +316,15 @@ impl Rules {
 
     pub fn decision(&self, id: MechId) -> Option<&Decision> {
         self.decisions.get(&id)
+    }
+
+    /// The rules files' own instrumentation lines that reach `object` (relative to its
+    /// directory): directory-wide ones, and per-object ones whose name Kbuild matches to it.
+    pub fn lines_for(&self, object: &str) -> Vec<&RulesLine> {
+        let reaches = |l: &&RulesLine| {
+            l.object.as_deref().is_none_or(|o| self.naming(l.mech).stem(o) == self.naming(l.mech).stem(object))
+        };
+        self.lines.iter().filter(reaches).collect()
     }
 
     /// The naming used for `id` (target-stem when the tree does not read the mechanism).
@@ -315,6 +348,32 @@ impl Rules {
         }
         out
     }
+}
+
+/// Every instrumentation line of the rules file `file` (read from `path`): what a kbuild file's
+/// reader would take for a directive, anywhere in the file.
+fn directive_lines(file: &str, path: &Path, text: &str) -> Vec<RulesLine> {
+    let parsed = crate::makefile::parse(text);
+    let index = crate::diagnostic::LineIndex::new(text);
+    parsed
+        .assignments
+        .iter()
+        .filter_map(|a| {
+            let d = crate::makefile::classify(a)?;
+            let physical = text.lines().nth(a.line - 1).unwrap_or("");
+            let location = index.line(path, text, a.line);
+            let col = physical.len() - physical.trim_start().len();
+            let location = Location { col: col + 1, ..location };
+            Some(RulesLine {
+                file: file.to_string(),
+                location,
+                name: a.name.clone(),
+                mech: d.mech,
+                object: d.object,
+                text: format!("{} {} {}", a.name, a.op.as_str(), a.value).trim_end().to_string(),
+            })
+        })
+        .collect()
 }
 
 fn read_by(decision: Option<&Decision>, id: MechId) -> Vec<MechId> {

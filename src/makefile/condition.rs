@@ -74,6 +74,26 @@ impl Condition {
         Condition { kind: self.kind, text, args: self.args.clone() }
     }
 
+    /// What make tests, as a value: two conditions with equal keys are true for the same values
+    /// of every Kconfig symbol, however they are spelled (`tests/condition_key.rs` proves it
+    /// with GNU make). Parsed once; compare keys, never texts.
+    pub fn key(&self) -> CondKey {
+        match (self.kind, self.args.as_slice()) {
+            (CondKind::Ifdef | CondKind::Ifndef, [name]) => {
+                let defined = self.kind == CondKind::Ifdef;
+                if is_kconfig_symbol(name) {
+                    // Kconfig gives a symbol a plain value or none: `ifdef CONFIG_X` is true
+                    // exactly when `$(CONFIG_X)` is not empty.
+                    CondKey::compare(!defined, &format!("$({name})"), "")
+                } else {
+                    CondKey::Defined { defined, name: name.clone() }
+                }
+            }
+            (CondKind::Ifeq | CondKind::Ifneq, [a, b]) => CondKey::compare(self.kind == CondKind::Ifeq, a, b),
+            _ => CondKey::Unparsed(self.text.clone()),
+        }
+    }
+
     /// The test that holds in the `else` branch: `ifdef` and `ifndef` swap, as do `ifeq` and
     /// `ifneq`. Exact for every form make has, so an `else` branch is a condition like any other.
     pub fn negated(&self) -> Condition {
@@ -112,6 +132,57 @@ impl Condition {
             CondKind::Ifneq => expand(&self.args[0]) != expand(&self.args[1]),
         }
     }
+}
+
+/// A condition in canonical form (see [`Condition::key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CondKey {
+    /// `ifeq`/`ifneq`, and `ifdef`/`ifndef` of a Kconfig symbol (as `ifneq ($(CONFIG_X),)`):
+    /// whether the operands must be equal, and the two operands as make expands them, in order
+    /// (equality is symmetric) with `${X}` written `$(X)`.
+    Compare { equal: bool, operands: [String; 2] },
+    /// `ifdef`/`ifndef` of a variable that is not a Kconfig symbol: make tests its
+    /// unexpanded value, which no other form says.
+    Defined { defined: bool, name: String },
+    /// A conditional line that did not parse, by its text (equal only to itself).
+    Unparsed(String),
+}
+
+impl CondKey {
+    fn compare(equal: bool, a: &str, b: &str) -> CondKey {
+        let (a, b) = (braces_as_parens(a), braces_as_parens(b));
+        let operands = if a <= b { [a, b] } else { [b, a] };
+        CondKey::Compare { equal, operands }
+    }
+}
+
+/// `CONFIG_` and letters, digits, `_`: a name Kconfig writes into `auto.conf`.
+fn is_kconfig_symbol(name: &str) -> bool {
+    name.strip_prefix("CONFIG_")
+        .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_'))
+}
+
+/// `text` with each `${NAME}` of a plain variable name written `$(NAME)`: make reads the two
+/// references alike.
+fn braces_as_parens(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        match after.find('}') {
+            Some(end) if after[..end].bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') && end > 0 => {
+                out.push_str(&format!("$({})", &after[..end]));
+                rest = &after[end + 1..];
+            }
+            _ => {
+                out.push_str("${");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn balanced(text: &str) -> bool {

@@ -73,7 +73,8 @@ pub fn is_plain_flag(word: &str) -> bool {
 }
 
 /// Why a directive line cannot be a unit's line, if it cannot: its value or its form says more
-/// than a unit can (`n # why`, `N`, an `export`, a continuation). Import reports such lines once;
+/// than a unit can (`n # why`, `N`, an `export`). A line continued by `\` is read as make joins
+/// it (one blank for each break) and is a unit's line like any other. Import reports such lines once;
 /// generation leaves them alone; `check` lists them as findings about the tree.
 pub fn unmodelled(a: &Assignment, d: &Directive) -> Option<String> {
     if d.value == DirectiveValue::Other {
@@ -81,9 +82,6 @@ pub fn unmodelled(a: &Assignment, d: &Directive) -> Option<String> {
     }
     if let Some(m) = a.modifiers.first() {
         return Some(format!("`{m}` assignment"));
-    }
-    if a.continued {
-        return Some("continuation line".into());
     }
     if a.inline_comment.is_some() {
         return Some("inline comment on the directive line".into());

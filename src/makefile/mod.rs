@@ -12,7 +12,7 @@ mod tree;
 mod variants;
 
 pub use comment::{comment_problem, forges_marker};
-pub use condition::{CondKind, Condition};
+pub use condition::{CondKey, CondKind, Condition};
 pub use constructs::{NamePattern, Opaque};
 pub use directive::{classify, is_plain_flag, unmodelled, Directive, DirectiveValue};
 pub use read::{decode_kbuild, kbuild_file, read_kbuild, unreadable};

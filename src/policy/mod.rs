@@ -9,7 +9,7 @@ pub mod when;
 
 pub use crate::makefile::expand_variants;
 pub use crates::{CargoProfile, CrateEntry, CrateSpec, RESERVED_PROFILES};
-pub use parse::{load, load_with, parse_str, Reader};
+pub use parse::{condition_key, load, load_with, parse_str, Reader};
 pub use paths::{make_variables, UnitPath};
 pub use when::{undefined_symbols, validate, When};
 
@@ -61,8 +61,9 @@ impl Layout {
 /// directive, a requirement this tree breaks). `check` lists it and does not fail on it.
 #[derive(Debug, Clone)]
 pub struct Acknowledgement {
-    /// The finding's diagnostic code (`missing-source`, `recursion-prone`, …).
-    pub code: String,
+    /// The finding's diagnostic code (`missing-source`, `recursion-prone`, …): one of the
+    /// acknowledgeable codes, parsed when the policy loads.
+    pub code: crate::diagnostic::Code,
     /// The unit or requirement path the finding is about.
     pub path: String,
     /// The mechanism, for findings about one (`recursion-prone`).
@@ -84,6 +85,9 @@ pub struct Unit {
     pub when: Vec<String>,
     /// Where each of `when` is written (empty for units not read from a policy file).
     pub when_locations: Vec<Location>,
+    /// `when` in canonical form, parsed once: what units are compared by (two spellings of one
+    /// condition are one condition).
+    pub conditions: Vec<crate::makefile::CondKey>,
     /// Values to try for each make variable used in the object name (`BITS = ["32", "64"]`).
     pub vars: BTreeMap<String, Vec<String>>,
     /// Where `path = …` is written.

@@ -438,6 +438,7 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
         why_location: cx.loc(common.why_span.clone()),
         why: common.why,
         links: common.links,
+        conditions: when.iter().map(|(w, _)| condition_key(w)).collect(),
         when: when.iter().map(|(w, _)| w.clone()).collect(),
         when_locations: when.into_iter().map(|(_, l)| l).collect(),
         vars,
@@ -446,6 +447,13 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
         flags,
         category,
     })
+}
+
+/// A `when` in canonical form (see [`crate::makefile::Condition::key`]).
+pub fn condition_key(when: &str) -> crate::makefile::CondKey {
+    let condition =
+        crate::makefile::Condition::parse(when).unwrap_or_else(|_| crate::makefile::Condition::unparsed(when));
+    condition.key()
 }
 
 /// `category = "…"`: the report's category for the unit's reason, one short line of words.
@@ -630,14 +638,16 @@ fn parse_requirement(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usi
     })
 }
 
-/// Two units that set one mechanism for the same path under the same conditions are ambiguous.
-/// Units of one path that set different mechanisms are not: each can give its own reason.
+/// Two units that set one mechanism for the same path under the same conditions (however each
+/// condition is spelled) are ambiguous. Units of one path that set different mechanisms are
+/// not: each can give its own reason.
 fn check_duplicates(policy: &Policy, diags: &mut Diagnostics) {
-    let mut seen: HashMap<(&str, &[String], MechId), &Location> = HashMap::new();
+    type Key<'a> = (&'a str, &'a [crate::makefile::CondKey], MechId);
+    let mut seen: HashMap<Key, &Location> = HashMap::new();
     for unit in &policy.units {
         let mut reported = false;
         for id in unit.settings.keys() {
-            let key = (unit.path.text.as_str(), unit.when.as_slice(), *id);
+            let key = (unit.path.text.as_str(), unit.conditions.as_slice(), *id);
             match seen.get(&key) {
                 Some(first) if !reported => {
                     reported = true;

@@ -532,7 +532,7 @@ pub fn to_json(e: &Explanation, policy: &Policy) -> Value {
         .map(|i| {
             let a = &policy.acknowledged[*i];
             json!({
-                "code": a.code,
+                "code": a.code.as_str(),
                 "path": a.path,
                 "mechanism": a.mechanism.map(|m| m.get().name),
                 "at": a.location.to_string(),

@@ -134,7 +134,7 @@ fn acknowledged_reasons(policy: &Policy, i: usize, broken: &[MechId]) -> Vec<Str
     policy
         .acknowledged
         .iter()
-        .filter(|a| a.code == "recursion-prone" && a.path == r.path.text)
+        .filter(|a| a.code == crate::diagnostic::Code::RecursionProne && a.path == r.path.text)
         .filter(|a| a.mechanism.is_none_or(|m| broken.contains(&m)))
         .map(|a| a.why.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect()
@@ -334,7 +334,7 @@ pub fn text(report: &Report, policy: &Policy) -> String {
         for a in &policy.acknowledged {
             let mech = a.mechanism.map(|m| m.get().name).unwrap_or("-");
             rows.push(vec![
-                a.code.clone(),
+                a.code.to_string(),
                 a.path.clone(),
                 mech.to_string(),
                 a.why.split_whitespace().collect::<Vec<_>>().join(" "),
@@ -411,7 +411,7 @@ pub fn to_json(report: &Report, policy: &Policy) -> Value {
         "mechanisms": mechanisms,
         "requirements": requirements,
         "acknowledged": policy.acknowledged.iter().map(|a| json!({
-            "code": a.code,
+            "code": a.code.as_str(),
             "path": a.path,
             "mechanism": a.mechanism.map(|m| m.get().name),
             "at": a.location.to_string(),

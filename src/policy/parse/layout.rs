@@ -7,21 +7,17 @@ use std::ops::Range;
 use toml_edit::TableLike;
 
 use super::{closest, quoted, reason, string, tables, unknown_keys, Ctx};
-use crate::diagnostic::Code;
+use crate::diagnostic::{Code, CODES};
 use crate::mechanism::{Form, MechId};
 use crate::policy::{Acknowledgement, Layout, Policy, Setting};
 
 const ACK_KEYS: &[&str] = &["code", "path", "mechanism", "why", "links"];
 
-/// Codes of findings a policy may acknowledge: facts about the tree, never drift or bad input.
-pub const ACKNOWLEDGEABLE: &[&str] = &[
-    "missing-source",
-    "recursion-prone",
-    "unrepresentable",
-    "unread-by-tree",
-    "opaque-construct",
-    "flags-outside-policy",
-];
+/// Names of the codes a policy may acknowledge (the code table's `acknowledgeable` column):
+/// facts about the tree, never drift or bad input.
+fn acknowledgeable() -> Vec<&'static str> {
+    CODES.iter().filter(|c| c.acknowledgeable).map(|c| c.name).collect()
+}
 
 /// Parse the policy-wide keys of one file into `policy`; `main` says whether it is the policy
 /// itself (policy-wide keys are refused in an included file: they would apply to the includer).
@@ -80,17 +76,25 @@ fn parse_acknowledgement(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range
         missing(cx, table, span.clone(), "code", "add `code = \"missing-source\"` (the finding's code in brackets)");
         return None;
     };
-    if !ACKNOWLEDGEABLE.contains(&code.as_str()) {
-        let hint = match closest(&code, ACKNOWLEDGEABLE) {
-            Some(c) => format!("did you mean `{c}`? findings that can be acknowledged: {}", quoted(ACKNOWLEDGEABLE)),
-            None => format!(
-                "findings that can be acknowledged: {}; drift is fixed with `sanpolicy sync` or `sanpolicy gen-makefiles`",
-                quoted(ACKNOWLEDGEABLE)
-            ),
-        };
-        cx.error(Code::UnknownKey, code_span, format!("`{code}` findings cannot be acknowledged"), hint);
-        return None;
-    }
+    let code = match Code::by_name(&code) {
+        Some(known) if known.is_acknowledgeable() => known,
+        known => {
+            let ackable = acknowledgeable();
+            let message = match known {
+                Some(_) => format!("`{code}` findings cannot be acknowledged"),
+                None => format!("unknown code `{code}`"),
+            };
+            let hint = match closest(&code, &ackable) {
+                Some(c) => format!("did you mean `{c}`? findings that can be acknowledged: {}", quoted(&ackable)),
+                None => format!(
+                    "findings that can be acknowledged: {}; drift is fixed with `sanpolicy sync` or `sanpolicy gen-makefiles`",
+                    quoted(&ackable)
+                ),
+            };
+            cx.error(Code::UnknownKey, code_span, message, hint);
+            return None;
+        }
+    };
     let Some((path, path_span)) = path else {
         missing(cx, table, span, "path", "add `path = \"dir/object.o\"`: the unit or requirement the finding is about");
         return None;
