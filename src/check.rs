@@ -13,6 +13,7 @@ use std::path::Path;
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::generate::Plan;
+use crate::kbuild::descent::{Built, Descent};
 use crate::kbuild::dotconfig::DotConfig;
 use crate::kbuild::{arch, configs, has_source, DecidedBy, Rules};
 use crate::makefile::{self, kbuild_file, read_kbuild, KbuildFile};
@@ -53,14 +54,66 @@ pub fn run_for(
         unmodelled_lines(plan, rules, &mut diags);
         diags.extend(drift::findings(policy, plan, rules, base, program));
     }
+    // With a `.config` and a tree: which objects the build compiles at all.
+    let descent = match (tree, config) {
+        (Some(t), Some(c)) => match Descent::walk(t, c) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                diags.push(Diagnostic::warning(
+                    Code::BadConfig,
+                    format!("cannot tell which objects this .config builds: {e}; every requirement is judged as if its objects were built"),
+                ));
+                None
+            }
+        },
+        _ => None,
+    };
     for req in &policy.requirements {
         if let Some(note) = tree.and_then(|t| not_applicable(req, rules, t, plan)) {
             diags.push(note);
             continue;
         }
-        requirement(req, rules, tree, plan, config, &mut diags);
+        if let Some(note) = descent.as_ref().and_then(|d| not_built(req, d)) {
+            diags.push(note);
+            continue;
+        }
+        requirement(req, rules, tree, plan, config, descent.as_ref(), &mut diags);
     }
     acknowledge::apply(policy, diags)
+}
+
+/// A requirement whose object (or directory) the build of the `.config` does not compile:
+/// nothing to exempt there, so it does not apply; the note names the line that decides it.
+fn not_built(req: &Requirement, descent: &Descent) -> Option<Diagnostic> {
+    let (why, at) = match &req.path.object {
+        Some(_) => {
+            let a = descent.built(&req.path.text);
+            if a.built != Built::N {
+                return None;
+            }
+            (a.why, a.at)
+        }
+        None => {
+            if descent.descends(&req.path.kbuild_dir) {
+                return None;
+            }
+            let a = descent.built(&format!("{}/{}", req.path.kbuild_dir, crate::kbuild::ANY_OBJECT));
+            (a.why, a.at)
+        }
+    };
+    let at = at.map(|a| if a.text.is_empty() { format!(" ({a})") } else { format!(" ({a} `{}`)", a.text) });
+    Some(
+        Diagnostic::note(
+            Code::NotApplicable,
+            format!(
+                "requirement for `{}` does not apply in this configuration: not built: {why}{}",
+                req.path.text,
+                at.unwrap_or_default()
+            ),
+        )
+        .at(req.location.clone())
+        .about(&req.path.text, None),
+    )
 }
 
 /// What writing `plan` would newly break, so `gen-makefiles` refuses it (nothing is written):
@@ -93,8 +146,8 @@ pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, ba
     };
     for req in &policy.requirements {
         let (mut now, mut then) = (Diagnostics::default(), Diagnostics::default());
-        requirement(req, rules, Some(tree), &before, None, &mut now);
-        requirement(req, rules, Some(tree), plan, None, &mut then);
+        requirement(req, rules, Some(tree), &before, None, None, &mut now);
+        requirement(req, rules, Some(tree), plan, None, None, &mut then);
         for d in then.0 {
             if !now.iter().any(|n| n.subject == d.subject) {
                 out.push(Diagnostic {
@@ -260,6 +313,7 @@ fn requirement(
     tree: Option<&Path>,
     plan: &Plan,
     config: Option<&DotConfig>,
+    descent: Option<&Descent>,
     diags: &mut Diagnostics,
 ) {
     let dir = &req.path.kbuild_dir;
@@ -273,7 +327,7 @@ fn requirement(
             diags.push(d.at(loc.clone()).about(&req.path.text, Some(*id)));
             continue;
         }
-        let failure = match first_instrumented(req, *id, &file, rules, tree, config) {
+        let failure = match first_instrumented(req, *id, &file, rules, tree, config, descent) {
             Ok(Some(failure)) => failure,
             Ok(None) => continue,
             Err(limit) => {
@@ -398,6 +452,7 @@ fn first_instrumented(
     rules: &Rules,
     tree: Option<&Path>,
     config: Option<&DotConfig>,
+    descent: Option<&Descent>,
 ) -> Result<Option<Failure>, configs::Limit> {
     let mut objects: Vec<String> = match &req.path.object {
         Some(o) => vec![o.clone()],
@@ -427,6 +482,11 @@ fn first_instrumented(
     }
     objects.sort();
     objects.dedup();
+    // Objects of a directory requirement that this build does not compile have nothing to exempt.
+    if let (Some(d), None) = (descent, &req.path.object) {
+        let dir = &req.path.kbuild_dir;
+        objects.retain(|o| o == crate::kbuild::ANY_OBJECT || d.built(&format!("{dir}/{o}")).built != Built::N);
+    }
     for object in &objects {
         let preset = arch::preset(tree, &req.path.kbuild_dir, file, object, config);
         let mut prepared = match config {

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::effective::dir_file;
 use crate::generate::Plan;
 use crate::kbuild::configs::{self, State};
+use crate::kbuild::descent::{self, Descent};
 use crate::kbuild::dotconfig::DotConfig;
 use crate::kbuild::{arch, DecidedBy, Rules};
 use crate::makefile::{self, KbuildFile};
@@ -67,6 +68,9 @@ pub struct Explanation {
     /// The target-specific `is-kernel-object` line that decides it (with a `.config`: in that
     /// build; without: where its conditions hold).
     pub kernel_object_line: Option<usize>,
+    /// With a `.config` and a tree: whether Kbuild builds the object at all in that build
+    /// (its descent from the top), and for `n` the line that decides it.
+    pub built: Option<descent::Answer>,
     /// Variables expanded in per-object names (`BITS=64`).
     pub preset: Vec<(String, String)>,
     /// Indices into the policy's `[[acknowledge]]` entries about this object or its directory
@@ -84,10 +88,11 @@ pub fn explain(
     plan: Option<&Plan>,
     object: &str,
 ) -> Result<Explanation, String> {
-    explain_for(policy, rules, tree, plan, object, None)
+    explain_for(policy, rules, tree, plan, object, None, None)
 }
 
-/// [`explain`] for the build of `config` (a kernel `.config`) when given: a definite state.
+/// [`explain`] for the build of `config` (a kernel `.config`) when given: a definite state; with
+/// the build's descent (from the same `.config`), also whether the object is built at all.
 pub fn explain_for(
     policy: &Policy,
     rules: &Rules,
@@ -95,6 +100,7 @@ pub fn explain_for(
     plan: Option<&Plan>,
     object: &str,
     config: Option<&DotConfig>,
+    descent: Option<&Descent>,
 ) -> Result<Explanation, String> {
     let path = UnitPath::parse(object, None).map_err(|(m, h)| format!("{m}: {h}"))?;
     let path = policy.units.iter().find(|u| u.path.text == path.text).map_or(path, |u| u.path.clone());
@@ -171,6 +177,7 @@ pub fn explain_for(
         no_source,
         kernel_object,
         kernel_object_line,
+        built: descent.filter(|_| path.object.is_some()).map(|d| d.built(&path.text)),
         preset,
         acknowledged: acknowledged_for(policy, &path),
         opaque,
@@ -353,7 +360,18 @@ fn notes(e: &Explanation) -> Vec<String> {
         ));
     }
     let file = e.kbuild_file.as_deref().map_or_else(|| format!("{}/", e.kbuild_dir), shown);
+    if let Some(b) = e.built.as_ref().filter(|b| b.built == descent::Built::N) {
+        let at =
+            b.at.as_ref().map(|a| if a.text.is_empty() { format!(" ({a})") } else { format!(" ({a} `{}`)", a.text) });
+        notes.push(format!(
+            "not built in this configuration: {}{}; the states below are what Kbuild would apply if it built it",
+            b.why,
+            at.unwrap_or_default()
+        ));
+    }
+    let unbuilt = e.built.as_ref().is_some_and(|b| b.built == descent::Built::N);
     match (e.kernel_object, e.kernel_object_line) {
+        _ if unbuilt => {}
         (Some(k), Some(line)) => notes.push(format!(
             "for the given .config: {} in this build, as {file}:{line} sets its `is-kernel-object` (a target-specific value, whatever obj-y, obj-m and lib-y say)",
             if k { "a kernel object" } else { "not a kernel object" }
@@ -503,6 +521,8 @@ pub fn to_json(e: &Explanation, policy: &Policy) -> Value {
         "no_source": e.no_source,
         "kernel_object": e.kernel_object,
         "kernel_object_line": e.kernel_object_line,
+        "built": e.built.as_ref().map(|b| b.built.as_str()),
+        "built_line": e.built.as_ref().and_then(|b| b.at.as_ref()).map(|a| a.to_string()),
         "mechanisms": mechanisms,
         "requirements": requirements,
     })
