@@ -476,7 +476,8 @@ fn first_instrumented(
     };
     if let (Some(c), None) = (config, &req.path.object) {
         // For one build: every object the directory links in it.
-        let preset = arch::preset(tree, &req.path.kbuild_dir, file, crate::kbuild::ANY_OBJECT, config);
+        let mut preset = descent.map(|d| d.preset(&req.path.kbuild_dir)).unwrap_or_default();
+        preset.extend(arch::preset(tree, &req.path.kbuild_dir, file, crate::kbuild::ANY_OBJECT, config));
         let built = configs::Prepared::with_config(file, &preset, c).kernel_objects().unwrap_or_default();
         objects.extend(built.into_iter().filter(|o| !req.except.contains(o)));
     }
@@ -488,7 +489,8 @@ fn first_instrumented(
         objects.retain(|o| o == crate::kbuild::ANY_OBJECT || d.built(&format!("{dir}/{o}")).built != Built::N);
     }
     for object in &objects {
-        let preset = arch::preset(tree, &req.path.kbuild_dir, file, object, config);
+        let mut preset = descent.map(|d| d.preset(&req.path.kbuild_dir)).unwrap_or_default();
+        preset.extend(arch::preset(tree, &req.path.kbuild_dir, file, object, config));
         let mut prepared = match config {
             Some(c) => configs::Prepared::with_config(file, &preset, c),
             None => configs::Prepared::new(file, &preset),

@@ -434,16 +434,20 @@ impl<'f> Prepared<'f> {
         let (file, preset, config) = (self.file, &self.preset, self.config);
         self.runs.entry((own.unwrap_or(""), assignment)).or_insert_with_key(|(own, assignment)| {
             let mut env = Env::default();
+            for (name, value) in preset {
+                env.set(name, value);
+            }
+            // After the preset (which may hold the top Makefile's exports, the real flags among
+            // them): a removed mechanism's flags are the marker the resolver looks for.
             for m in MECHANISMS {
                 if let Form::FlagRemoval { expansion, .. } = m.form {
                     // The top Makefile sets the flags only when the tracer is configured.
                     if config.is_none_or(|c| !c.get(m.config).is_empty()) {
                         env.set(m.directive_name(), expansion);
+                    } else {
+                        env.set(m.directive_name(), "");
                     }
                 }
-            }
-            for (name, value) in preset {
-                env.set(name, value);
             }
             match config {
                 Some(c) => c.values.iter().for_each(|(k, v)| env.set(k, v)),

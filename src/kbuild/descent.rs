@@ -97,6 +97,8 @@ pub struct Descent {
     files: BTreeMap<String, KbuildFile>,
     /// Kbuild files that could not be read: (path, why).
     pub unreadable: Vec<(String, String)>,
+    /// The variables the top Makefile exports to every directory's run (`BITS`, `SRCARCH`, …).
+    exported: Vec<(String, String)>,
 }
 
 /// Kconfig symbol of each architecture directory whose name is not its symbol's.
@@ -156,8 +158,10 @@ impl Descent {
             objects: BTreeMap::new(),
             files: BTreeMap::new(),
             unreadable: Vec::new(),
+            exported: Vec::new(),
         };
         let exported = descent.top(tree, config)?;
+        descent.exported = exported.clone();
         let mut queue: VecDeque<(String, bool, bool)> = VecDeque::from([(".".to_string(), true, true)]);
         while let Some((dir, builtin, modorder)) = queue.pop_front() {
             if let Some(v) = descent.dirs.get(&dir) {
@@ -182,13 +186,10 @@ impl Descent {
                 }
             };
             let file = makefile::parse(&text);
-            let mut preset = exported.clone();
-            for (name, value) in [
-                ("obj", dir.as_str()),
-                ("src", dir.as_str()),
-                ("need-builtin", if builtin { "1" } else { "" }),
-                ("need-modorder", if modorder { "1" } else { "" }),
-            ] {
+            let mut preset = descent.preset(&dir);
+            for (name, value) in
+                [("need-builtin", if builtin { "1" } else { "" }), ("need-modorder", if modorder { "1" } else { "" })]
+            {
                 preset.push((name.to_string(), value.to_string()));
             }
             let lists = Prepared::with_config(&file, &preset, config).lists().unwrap_or_default();
@@ -268,6 +269,16 @@ impl Descent {
         self.files.insert(arch_rel, makefile::parse(&arch));
         self.files.insert("Makefile".into(), makefile::parse(&top));
         Ok(out)
+    }
+
+    /// The variables a run of `dir`'s kbuild file starts with in this build, as Kbuild's
+    /// sub-make has them: what the top Makefile exports (`BITS` for `obj-y += irq_$(BITS).o`),
+    /// and `obj`/`src`. Each answer about one of its objects evaluates the file with them.
+    pub fn preset(&self, dir: &str) -> Vec<(String, String)> {
+        let mut out = self.exported.clone();
+        out.push(("obj".into(), dir.to_string()));
+        out.push(("src".into(), dir.to_string()));
+        out
     }
 
     /// Every object the build compiles into vmlinux or a module, with how.

@@ -107,8 +107,13 @@ pub fn explain_for(
     let rel = path.object.clone().unwrap_or_else(|| super::effective::ANY_OBJECT.to_string());
     let (file, kbuild_path) = file_for(policy, rules, tree, plan, &path.kbuild_dir);
     let preset = arch::preset(tree, &path.kbuild_dir, &file, &rel, config);
+    // For one build, the file runs as Kbuild runs it there: with what the top Makefile exports.
+    let run_preset = match descent {
+        Some(d) => [d.preset(&path.kbuild_dir), preset.clone()].concat(),
+        None => preset.clone(),
+    };
     let mut prepared = match config {
-        Some(c) => configs::Prepared::with_config(&file, &preset, c),
+        Some(c) => configs::Prepared::with_config(&file, &run_preset, c),
         None => configs::Prepared::new(&file, &preset),
     };
     let kernel_object = prepared.kernel_object(&rel);

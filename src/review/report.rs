@@ -139,7 +139,8 @@ impl Report {
             // The tree's own file for the directory (what that build reads), else the policy's.
             let parsed = kbuild_file(&tree.join(dir)).and_then(|p| read_kbuild(&p).ok()).map(|t| makefile::parse(&t));
             let file = parsed.as_ref().or(files.get(dir)).unwrap_or(&empty);
-            let preset = arch::preset(Some(tree), dir, file, ANY_OBJECT, Some(config));
+            let mut preset = descent.preset(dir);
+            preset.extend(arch::preset(Some(tree), dir, file, ANY_OBJECT, Some(config)));
             let mut prepared = configs::Prepared::with_config(file, &preset, config);
             let objects: Vec<String> = match &r.path.object {
                 Some(o) => vec![o.clone()],

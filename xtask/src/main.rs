@@ -1,8 +1,9 @@
 //! `cargo xtask`: the same commands as `sanpolicy`, with this repository's defaults
-//! (`policy/linux.toml`, no tree, fragments into `target/sanpolicy/fragments`), plus `bench` and `fuzz`.
+//! (`policy/linux.toml`, no tree, fragments into `target/sanpolicy/fragments`), plus `bench`, `fuzz` and `judge`.
 
 mod bench;
 mod fuzz;
+mod judge;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("bench") => own_command(&args[1..], bench::USAGE, bench::parse, |o| bench::bench(&root, o).map(|()| true)),
         Some("fuzz") => own_command(&args[1..], fuzz::USAGE, fuzz::parse, |o| fuzz::fuzz(&root, o)),
+        Some("judge") => own_command(&args[1..], judge::USAGE, judge::parse, |o| judge::judge(&root, o)),
         _ => {
             let args = std::iter::once("cargo xtask".to_string()).chain(args);
             ExitCode::from(sanpolicy::cli::main(args, &sanpolicy::cli::Defaults::xtask(&root)))
