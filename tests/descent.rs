@@ -12,37 +12,14 @@
 
 mod kbuild_build;
 
-use std::path::Path;
 use std::process::Command;
 
-use sanpolicy::kbuild::descent::{Built, Descent};
-use sanpolicy::kbuild::dotconfig::DotConfig;
+use kbuild_build::descent_differences as compare;
 
-/// The differences between the descent and the build, as `object: sanpolicy X, kbuild Y` lines;
-/// and how many objects of each answer were compared.
-pub fn compare(tree: &Path, build: &Path) -> (Vec<String>, [usize; 3]) {
-    let config = DotConfig::parse(&std::fs::read_to_string(build.join(".config")).unwrap()).unwrap();
-    let descent = Descent::walk(tree, &config).unwrap();
-    let kbuild = kbuild_build::built_objects(build);
-    let mut differences = Vec::new();
-    let mut counts = [0; 3];
-    for object in kbuild_build::c_objects(tree) {
-        let answer = descent.built(&object);
-        let ours = answer.built.as_str().chars().next().unwrap();
-        let theirs = kbuild.get(&object).copied().unwrap_or('n');
-        counts[match answer.built {
-            Built::Y => 0,
-            Built::M => 1,
-            Built::N => 2,
-        }] += 1;
-        if ours != theirs {
-            differences.push(format!("{object}: sanpolicy {ours}, kbuild {theirs} ({})", answer.why));
-        }
-    }
-    (differences, counts)
-}
-
+/// CI makes this comparison inside `tests/derive.rs`'s KASAN test, on the build that test makes
+/// anyway; this one keeps its build directory for reruns.
 #[test]
+#[ignore = "reason: CI compares derive's KASAN build inside tests/derive.rs; this keeps a fixed build for cargo xtask judge descent-tiny"]
 fn the_descent_agrees_with_kbuilds_archives_for_derives_kasan_build() {
     let tree = kbuild_build::tree();
     let build = kbuild_build::base().join("kasan-tiny-6.12");

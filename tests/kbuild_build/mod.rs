@@ -163,3 +163,30 @@ pub fn built_answers(json: &[u8]) -> Vec<(String, String)> {
         .map(|e| (e["built"].as_str().unwrap().to_string(), e["built_line"].as_str().unwrap_or("").to_string()))
         .collect()
 }
+
+/// The differences between sanpolicy's descent (`kbuild::descent`, for the build's `.config`)
+/// and what the build made (`built_objects`), over every `.c` of the tree as an object, as
+/// `object: sanpolicy X, kbuild Y` lines; and how many objects sanpolicy calls `y`, `m`, `n`.
+pub fn descent_differences(tree: &Path, build: &Path) -> (Vec<String>, [usize; 3]) {
+    use sanpolicy::kbuild::descent::{Built, Descent};
+    let text = fs::read_to_string(build.join(".config")).unwrap();
+    let config = sanpolicy::kbuild::dotconfig::DotConfig::parse(&text).unwrap();
+    let descent = Descent::walk(tree, &config).unwrap();
+    let kbuild = built_objects(build);
+    let mut differences = Vec::new();
+    let mut counts = [0; 3];
+    for object in c_objects(tree) {
+        let answer = descent.built(&object);
+        let ours = answer.built.as_str().chars().next().unwrap();
+        let theirs = kbuild.get(&object).copied().unwrap_or('n');
+        counts[match answer.built {
+            Built::Y => 0,
+            Built::M => 1,
+            Built::N => 2,
+        }] += 1;
+        if ours != theirs {
+            differences.push(format!("{object}: sanpolicy {ours}, kbuild {theirs} ({})", answer.why));
+        }
+    }
+    (differences, counts)
+}

@@ -11,7 +11,7 @@ pub const USAGE: &str = "Usage: cargo xtask judge NAME|all
 Run one proof against a real kernel build (Debian's linux-source-6.12, built under
 target/tmp/kbuild/) and show its numbers:
 
-  descent-tiny              y/m/n of every .c of the tree against derive's KASAN build (CI runs it)
+  descent-tiny              y/m/n of every .c of the tree against derive's KASAN build (CI: tests/derive.rs)
   descent-defconfig         the same for x86_64 defconfig + KASAN + PROVE_LOCKING, with modules
   arm64-gcc-kasan-generic   explain --config vs .o.cmd, arm64, gcc-aarch64-linux-gnu (CI runs it)
   arm64-gcc-kasan-sw-tags   the same with KASAN software tags
