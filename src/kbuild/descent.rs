@@ -102,10 +102,10 @@ pub struct Descent {
 }
 
 /// Kconfig symbol of each architecture directory whose name is not its symbol's.
-const ARCH_SYMBOLS: &[(&str, &str)] = &[("um", "CONFIG_UML")];
+const ARCH_SYMBOLS: &[(&str, &str)] = &[("um", "CONFIG_UML"), ("powerpc", "CONFIG_PPC"), ("sh", "CONFIG_SUPERH")];
 
 /// The `arch/` directory the `.config` selects: the one whose symbol (`CONFIG_` and its name in
-/// capitals; `CONFIG_UML` for `um`) is set.
+/// capitals; `CONFIG_UML`, `CONFIG_PPC`, `CONFIG_SUPERH` for `um`, `powerpc`, `sh`) is set.
 pub fn arch_of(tree: &Path, config: &DotConfig) -> Option<String> {
     let mut names: Vec<String> = std::fs::read_dir(tree.join("arch"))
         .ok()?
