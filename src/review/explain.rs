@@ -103,7 +103,10 @@ pub fn explain_for(
     descent: Option<&Descent>,
 ) -> Result<Explanation, String> {
     let path = UnitPath::parse(object, None).map_err(|(m, h)| format!("{m}: {h}"))?;
-    let path = policy.units.iter().find(|u| u.path.text == path.text).map_or(path, |u| u.path.clone());
+    let path = match policy.units.iter().find(|u| u.path.text == path.text) {
+        Some(u) => u.path.clone(),
+        None => home(tree, plan, path),
+    };
     let rel = path.object.clone().unwrap_or_else(|| super::effective::ANY_OBJECT.to_string());
     let (file, kbuild_path) = file_for(policy, rules, tree, plan, &path.kbuild_dir);
     let preset = arch::preset(tree, &path.kbuild_dir, &file, &rel, config);
@@ -187,6 +190,28 @@ pub fn explain_for(
         acknowledged: acknowledged_for(policy, &path),
         opaque,
     })
+}
+
+/// An object of a directory without a kbuild file is built by the nearest directory above that
+/// has one, under its path from there (`arch/x86/entry/vdso/Makefile` builds
+/// `vdso32/vclock_gettime.o`, and names it so in `CFLAGS_REMOVE_vdso32/vclock_gettime.o`).
+fn home(tree: Option<&Path>, plan: Option<&Plan>, path: UnitPath) -> UnitPath {
+    let (Some(tree), Some(_)) = (tree, &path.object) else { return path };
+    let has_file = |dir: &Path| {
+        plan.is_some_and(|p| dir.to_str().is_some_and(|d| p.files.contains_key(d)))
+            || kbuild_file(&tree.join(dir)).is_some()
+    };
+    let mut dir = Path::new(&path.kbuild_dir);
+    if has_file(dir) {
+        return path;
+    }
+    while let Some(up) = dir.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if has_file(up) {
+            return up.to_str().and_then(|d| UnitPath::parse(&path.text, Some(d)).ok()).unwrap_or(path);
+        }
+        dir = up;
+    }
+    path
 }
 
 /// The constructs of `file` through which make may change a mechanism's decision: its own
