@@ -97,7 +97,16 @@ pub(super) fn descent_for(
 ) -> Option<crate::kbuild::descent::Descent> {
     let (tree, config) = (tree?, config?);
     match crate::kbuild::descent::Descent::walk(tree, config) {
-        Ok(d) => Some(d),
+        Ok(d) => {
+            for (file, why) in &d.unreadable {
+                let w = Diagnostic::warning(
+                    Code::Io,
+                    format!("`{file}` cannot be read ({why}): the descent takes it as listing nothing"),
+                );
+                ui.report(&Diagnostics(vec![w]));
+            }
+            Some(d)
+        }
         Err(e) => {
             let d = Diagnostic::warning(Code::BadConfig, format!("cannot tell which objects this .config builds: {e}"))
                 .hint("pass the `.config` of a build of this tree (`make O=DIR …` writes DIR/.config)");
