@@ -439,16 +439,22 @@ impl<'f> Prepared<'f> {
             }
             // After the preset (which may hold the top Makefile's exports, the real flags among
             // them): a removed mechanism's flags are the marker the resolver looks for.
+            // The top Makefile also adds them to `KBUILD_CFLAGS`, which a directory may rewrite
+            // (`KBUILD_CFLAGS := $(subst $(CC_FLAGS_FTRACE),,$(KBUILD_CFLAGS))`,
+            // arch/arm64/kernel/pi/Makefile:4): the run starts it from the same marker.
+            let mut kbuild_cflags = Vec::new();
             for m in MECHANISMS {
                 if let Form::FlagRemoval { expansion, .. } = m.form {
                     // The top Makefile sets the flags only when the tracer is configured.
                     if config.is_none_or(|c| !c.get(m.config).is_empty()) {
                         env.set(m.directive_name(), expansion);
+                        kbuild_cflags.push(expansion);
                     } else {
                         env.set(m.directive_name(), "");
                     }
                 }
             }
+            env.set("KBUILD_CFLAGS", &kbuild_cflags.join(" "));
             match config {
                 Some(c) => c.values.iter().for_each(|(k, v)| env.set(k, v)),
                 None => {

@@ -146,6 +146,11 @@ impl Env {
         self.kernel_object.iter().map(|(o, (v, _))| (o.as_str(), v.as_str()))
     }
 
+    /// Whether a run (or a preset) defined the variable.
+    pub fn defined(&self, name: &str) -> bool {
+        self.vars.contains_key(name)
+    }
+
     /// The expanded value of a variable (empty when undefined).
     pub fn value(&self, name: &str) -> String {
         match self.vars.get(name) {
