@@ -15,6 +15,7 @@ use std::path::Path;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::generate::snapshot::Base;
 use crate::generate::Plan;
+use crate::kbuild::descent::{Built, Descent};
 use crate::kbuild::dotconfig::DotConfig;
 use crate::kbuild::{arch, configs, has_source, DecidedBy, Rules};
 use crate::makefile::{self, kbuild_file, read_kbuild, KbuildFile};
@@ -55,12 +56,30 @@ pub fn run_for(
         rules_file_lines(rules, &mut diags);
         diags.extend(drift::findings(policy, plan, rules, base, program));
     }
+    // With a `.config` and a tree: which objects the build compiles at all.
+    let descent = match (tree, config) {
+        (Some(t), Some(c)) => match Descent::walk(t, c) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                diags.push(Diagnostic::warning(
+                    Code::BadConfig,
+                    format!("cannot tell which objects this .config builds: {e}; every requirement is judged as if its objects were built"),
+                ));
+                None
+            }
+        },
+        _ => None,
+    };
     for req in &policy.requirements {
         if let Some(note) = tree.and_then(|t| not_applicable(req, rules, t, plan)) {
             diags.push(note);
             continue;
         }
-        requirement(req, rules, tree, plan, config, &mut diags);
+        if let Some(note) = descent.as_ref().and_then(|d| not_built(req, d)) {
+            diags.push(note);
+            continue;
+        }
+        requirement(req, rules, tree, plan, config, descent.as_ref(), &mut diags);
     }
     acknowledge::apply(policy, diags, tree.is_some())
 }
@@ -77,13 +96,47 @@ pub fn requirement_states(policy: &Policy, rules: &Rules, tree: &Path, plan: &Pl
                 return None;
             }
             let mut found = Diagnostics::default();
-            requirement(req, rules, Some(tree), plan, None, &mut found);
+            requirement(req, rules, Some(tree), plan, None, None, &mut found);
             let mut failing: Vec<MechId> =
                 found.iter().filter(|d| d.is_error()).filter_map(|d| d.subject.as_ref()?.mechanism).collect();
             failing.dedup();
             Some(failing)
         })
         .collect()
+}
+
+/// A requirement whose object (or directory) the build of the `.config` does not compile:
+/// nothing to exempt there, so it does not apply; the note names the line that decides it.
+fn not_built(req: &Requirement, descent: &Descent) -> Option<Diagnostic> {
+    let (why, at) = match &req.path.object {
+        Some(_) => {
+            let a = descent.built(&req.path.text);
+            if a.built != Built::N {
+                return None;
+            }
+            (a.why, a.at)
+        }
+        None => {
+            if descent.descends(&req.path.kbuild_dir) {
+                return None;
+            }
+            let a = descent.built(&format!("{}/{}", req.path.kbuild_dir, crate::kbuild::ANY_OBJECT));
+            (a.why, a.at)
+        }
+    };
+    let at = at.map(|a| if a.text.is_empty() { format!(" ({a})") } else { format!(" ({a} `{}`)", a.text) });
+    Some(
+        Diagnostic::note(
+            Code::NotApplicable,
+            format!(
+                "requirement for `{}` does not apply in this configuration: not built: {why}{}",
+                req.path.text,
+                at.unwrap_or_default()
+            ),
+        )
+        .at(req.location.clone())
+        .about(&req.path.text, None),
+    )
 }
 
 /// What writing `plan` would newly break, so `gen-makefiles` refuses it (nothing is written):
@@ -116,8 +169,8 @@ pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, ba
     };
     for req in &policy.requirements {
         let (mut now, mut then) = (Diagnostics::default(), Diagnostics::default());
-        requirement(req, rules, Some(tree), &before, None, &mut now);
-        requirement(req, rules, Some(tree), plan, None, &mut then);
+        requirement(req, rules, Some(tree), &before, None, None, &mut now);
+        requirement(req, rules, Some(tree), plan, None, None, &mut then);
         for d in then.0 {
             if !now.iter().any(|n| n.subject == d.subject) {
                 out.push(Diagnostic {
@@ -321,6 +374,7 @@ fn requirement(
     tree: Option<&Path>,
     plan: &Plan,
     config: Option<&DotConfig>,
+    descent: Option<&Descent>,
     diags: &mut Diagnostics,
 ) {
     let dir = &req.path.kbuild_dir;
@@ -334,7 +388,7 @@ fn requirement(
             diags.push(d.at(loc.clone()).about(&req.path.text, Some(*id)));
             continue;
         }
-        let failure = match first_instrumented(req, *id, &file, rules, tree, config) {
+        let failure = match first_instrumented(req, *id, &file, rules, tree, config, descent) {
             Ok(Some(failure)) => failure,
             Ok(None) => continue,
             Err(limit) => {
@@ -459,6 +513,7 @@ fn first_instrumented(
     rules: &Rules,
     tree: Option<&Path>,
     config: Option<&DotConfig>,
+    descent: Option<&Descent>,
 ) -> Result<Option<Failure>, configs::Limit> {
     let mut objects: Vec<String> = match &req.path.object {
         Some(o) => vec![o.clone()],
@@ -482,14 +537,21 @@ fn first_instrumented(
     };
     if let (Some(c), None) = (config, &req.path.object) {
         // For one build: every object the directory links in it.
-        let preset = arch::preset(tree, &req.path.kbuild_dir, file, crate::kbuild::ANY_OBJECT, config);
+        let mut preset = descent.map(|d| d.preset(&req.path.kbuild_dir)).unwrap_or_default();
+        preset.extend(arch::preset(tree, &req.path.kbuild_dir, file, crate::kbuild::ANY_OBJECT, config));
         let built = configs::Prepared::with_config(file, &preset, c).kernel_objects().unwrap_or_default();
         objects.extend(built.into_iter().filter(|o| !req.except.contains(o)));
     }
     objects.sort();
     objects.dedup();
+    // Objects of a directory requirement that this build does not compile have nothing to exempt.
+    if let (Some(d), None) = (descent, &req.path.object) {
+        let dir = &req.path.kbuild_dir;
+        objects.retain(|o| o == crate::kbuild::ANY_OBJECT || d.built(&format!("{dir}/{o}")).built != Built::N);
+    }
     for object in &objects {
-        let preset = arch::preset(tree, &req.path.kbuild_dir, file, object, config);
+        let mut preset = descent.map(|d| d.preset(&req.path.kbuild_dir)).unwrap_or_default();
+        preset.extend(arch::preset(tree, &req.path.kbuild_dir, file, object, config));
         let mut prepared = match config {
             Some(c) => configs::Prepared::with_config(file, &preset, c),
             None => configs::Prepared::new(file, &preset),

@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 use sanpolicy::derive::{callgraph, elf};
 use serde_json::Value;
 
+mod kbuild_build;
 mod kernel_source;
 use kernel_source::{copy_tree, say, Lease};
 
@@ -174,6 +175,12 @@ fn kasan_derivation_on_linux_6_12_finds_lockdep_then_sees_it_exempt() {
 
     let (report, stderr) = derive(&tree, &build, &candidates);
     assert_eq!(report["mechanism"], "kasan");
+    // Issue 21: which objects the build compiles at all, by sanpolicy's descent, against the
+    // archives and modules.order of this (pristine) build, for every `.c` of the tree.
+    let (differences, [y, m, n]) = kbuild_build::descent_differences(&tree, &build);
+    say(&format!("descent: {y} y, {m} m, {n} n over every .c of the tree; {} differences", differences.len()));
+    assert!(differences.is_empty(), "{} differences:\n{}", differences.len(), differences.join("\n"));
+    assert!(y > 300 && n > 10_000, "{y} y, {n} n: not the build this test is about");
     let keys: Vec<&String> = report.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["findings", "mechanism", "stats"]);
     let (rank, lockdep) = finding(&report, "kernel/locking/lockdep.o").expect("lockdep.o is reached");

@@ -1,21 +1,23 @@
 //! `explain --config` against the flags real Kbuild passes to gcc (issue 11).
 //!
-//! Debian's 6.12 source package is extracted into a temporary directory, configured for x86_64
+//! Debian's 6.12 source package, configured in a temporary build directory for x86_64
 //! from `tinyconfig` with KASAN (generic, outline), KCOV (all), UBSAN (bounds, shift), GCOV
 //! (all), the function tracer, lockdep and stack depot, prepared (`make prepare`), and a few
 //! dozen single objects are compiled. For each object, the command Kbuild ran (the `savedcmd_`
 //! line of `B/<dir>/.<obj>.o.cmd`) says per mechanism whether it was on: its compiler flag, or
 //! the objtool run appended to the command. `sanpolicy explain --config B/.config` must say
-//! the same for every object and mechanism. gcc and make are the judges; nothing is cached
-//! outside the test's temporary directory.
+//! the same for every object and mechanism. gcc and make are the judges.
 //!
-//! Set `SANPOLICY_LINUX_6_12` to an extracted 6.12 tree to hard-link it (`cp -al`) instead of
-//! extracting the tarball (a local speed-up; the build never writes into the source).
+//! The tree is the extraction `tests/kbuild_build` shares under the target directory (the
+//! build never writes into the source).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
+
+mod kbuild_build;
+use kbuild_build::{on_in_command, run};
 
 /// The objects compiled and compared: the runtimes and their neighbours, objects exempt by
 /// directory, by file, by `$(BITS)` name, a vdso object (not a kernel object), lib-y objects.
@@ -126,59 +128,6 @@ const REQUIRED: &[&str] = &[
     "CONFIG_STACKDEPOT=y",
 ];
 
-/// Whether the mechanism was on in the command Kbuild ran for the object.
-fn on_in_command(mechanism: &str, command: &str) -> Option<bool> {
-    let (compile, after) = command.split_once(" -c -o ").unwrap_or((command, ""));
-    let words: Vec<&str> = compile.split_whitespace().collect();
-    let has = |flag: &str| words.contains(&flag);
-    let ubsan = |w: &&str| {
-        w.strip_prefix("-fsanitize=")
-            .is_some_and(|s| !["kernel-address", "thread", "signed-integer-overflow"].contains(&s))
-    };
-    Some(match mechanism {
-        "kasan" => has("-fsanitize=kernel-address"),
-        "kcov" => has("-fsanitize-coverage=trace-pc"),
-        "ubsan" => words.iter().any(ubsan),
-        "ubsan-signed-wrap" => has("-fsanitize=signed-integer-overflow"),
-        "gcov" => has("-fprofile-arcs"),
-        "ftrace" => has("-pg"),
-        // The objtool run follows the compile in the same command (`; ./tools/objtool/objtool …`).
-        "objtool" => after.contains("tools/objtool/objtool "),
-        "kcsan" => has("-fsanitize=thread"),
-        _ => return None,
-    })
-}
-
-fn run(cmd: &mut Command, what: &str) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The 6.12 tree in `scratch`: hard links of `SANPOLICY_LINUX_6_12`, or the extracted tarball.
-fn source_tree(scratch: &Path) -> PathBuf {
-    let src = scratch.join("src");
-    if let Some(tree) = std::env::var_os("SANPOLICY_LINUX_6_12") {
-        run(Command::new("cp").arg("-al").arg(&tree).arg(&src), "cp -al");
-        return src;
-    }
-    let tarball = Path::new("/usr/src/linux-source-6.12.tar.xz");
-    assert!(
-        tarball.is_file(),
-        "{} is missing: install it with `apt-get install linux-source-6.12` (.ci/run does)",
-        tarball.display()
-    );
-    run(Command::new("tar").arg("-xJf").arg(tarball).arg("-C").arg(scratch), "tar");
-    std::fs::rename(scratch.join("linux-source-6.12"), &src).unwrap();
-    src
-}
-
 fn make(src: &Path, build: &Path) -> Command {
     let mut c = Command::new("make");
     c.arg("-C").arg(src).arg(format!("O={}", build.display())).arg("-s").arg("-j2").arg("ARCH=x86_64");
@@ -192,7 +141,8 @@ fn make(src: &Path, build: &Path) -> Command {
 fn explain_with_a_config_agrees_with_the_flags_gcc_gets() {
     let started = Instant::now();
     let scratch = tempfile::Builder::new().prefix("sanpolicy-gcc-").tempdir().unwrap();
-    let src = source_tree(scratch.path());
+    // The shared extraction under the target directory (read only: the build is in `B`).
+    let src = kbuild_build::tree();
     let build = scratch.path().join("B");
     run(make(&src, &build).arg("tinyconfig"), "make tinyconfig");
     let config = build.join(".config");

@@ -1203,3 +1203,51 @@ fn make_constructs_are_modelled_or_reported() {
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
     assert!(reported >= 10, "{reported} constructs reported");
 }
+
+/// The list functions the descent reads `obj-y` lists with (`kbuild::descent`): each expression,
+/// after a few assignments, expands to what GNU make prints for it.
+#[test]
+fn list_functions_expand_like_make() {
+    let setup = "L := b.o a.o sub/c.o a.o\nD := x/ y/ z.o\nE :=\nF = $(L:.o=-y)\nCONFIG_A := m\n\
+                 a-y := p.o q.o\nV := $(foreach m,$(L),$($(m:.o=-y)))\n";
+    let exprs = [
+        "$(sort $(L))",
+        "$(addprefix dir/,$(L))",
+        "$(addsuffix /,x y)",
+        "$(subst m,y,$(CONFIG_A))",
+        "$(subst .o,.c,$(L))",
+        "$(notdir $(L) sub/)",
+        "$(dir $(L) plain)",
+        "$(basename $(L) x.y/z .hidden)",
+        "$(suffix $(L) x.y/z)",
+        "$(firstword $(L))",
+        "$(lastword $(L))",
+        "$(words $(L))",
+        "$(findstring sub,$(L))",
+        "$(findstring nope,$(L))",
+        "$(foreach d,$(D),[$(d)])",
+        "$(L:.o=.c)",
+        "$(L:%.o=%.s)",
+        "$(F)",
+        "$(V)",
+        "$(filter %/,$(D))",
+        "$(patsubst %/,%,$(filter %/,$(D)))",
+        "$(E:.o=.c)",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut driver = setup.to_string();
+    for (i, e) in exprs.iter().enumerate() {
+        driver.push_str(&format!("$(info {i}=[{e}])\n"));
+    }
+    driver.push_str("all: ;\n");
+    std::fs::write(dir.path().join("Makefile"), &driver).unwrap();
+    let out = Command::new("make").arg("-s").arg("-C").arg(dir.path()).output().expect("GNU make");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut env = sanpolicy::kbuild::Env::default();
+    env.run(&sanpolicy::makefile::parse(setup), &mut sanpolicy::kbuild::Evaluate);
+    for (i, e) in exprs.iter().enumerate() {
+        let made = stdout.lines().find_map(|l| l.strip_prefix(&format!("{i}=["))?.strip_suffix(']')).unwrap();
+        assert_eq!(env.expand(e), made, "{e}");
+    }
+}

@@ -78,9 +78,11 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         diags.extend(workspace_findings(&inputs.policy, &inputs.policy_path, ws, defaults));
     }
     let diags = diags.sorted();
-    // Requirements that do not apply to this tree are counted in the summary; `--verbose` lists them.
+    // Requirements that do not apply to this tree are counted in the summary; `--verbose` lists
+    // them, and so does `--config` (which requirements this build leaves out, and why).
+    let listed = args.verbose || config.is_some();
     let shown =
-        diags.iter().filter(|d| if args.quiet { d.is_error() } else { args.verbose || d.code != Code::NotApplicable });
+        diags.iter().filter(|d| if args.quiet { d.is_error() } else { listed || d.code != Code::NotApplicable });
     ui.report(&crate::diagnostic::Diagnostics(shown.cloned().collect()));
     eprintln!("{}", summary(&inputs.policy, &inputs.policy_path, &diags));
     let fixes: std::collections::BTreeSet<_> = diags.iter().filter(|d| d.is_error()).filter_map(|d| d.fix).collect();

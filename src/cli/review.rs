@@ -55,11 +55,20 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         }
     }
     let plan = inputs.tree.as_ref().map(|_| plan_for(&inputs, None, defaults, true, Sweeping::No));
+    let descent = descent_for(inputs.tree.as_deref(), config.as_ref(), ui);
     let mut json = Vec::new();
     for object in &args.objects {
         let object = &object_in_tree(object, inputs.tree.as_deref());
         let (tree, plan) = (inputs.tree.as_deref(), plan.as_ref());
-        let e = match explain::explain_for(&inputs.policy, &inputs.rules, tree, plan, object, config.as_ref()) {
+        let e = match explain::explain_for(
+            &inputs.policy,
+            &inputs.rules,
+            tree,
+            plan,
+            object,
+            config.as_ref(),
+            descent.as_ref(),
+        ) {
             Ok(e) => e,
             Err(message) => {
                 ui.report(&Diagnostics(vec![Diagnostic::error(Code::BadPath, message)]));
@@ -118,6 +127,34 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         outln!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
     }
     EXIT_OK
+}
+
+/// Kbuild's descent for the build of `config` in `tree` (both needed); a tree whose descent
+/// cannot be walked is a warning, and the answers then say nothing of what is built.
+pub(super) fn descent_for(
+    tree: Option<&std::path::Path>,
+    config: Option<&crate::kbuild::dotconfig::DotConfig>,
+    ui: &mut Ui,
+) -> Option<crate::kbuild::descent::Descent> {
+    let (tree, config) = (tree?, config?);
+    match crate::kbuild::descent::Descent::walk(tree, config) {
+        Ok(d) => {
+            for (file, why) in &d.unreadable {
+                let w = Diagnostic::warning(
+                    Code::Io,
+                    format!("`{file}` cannot be read ({why}): the descent takes it as listing nothing"),
+                );
+                ui.report(&Diagnostics(vec![w]));
+            }
+            Some(d)
+        }
+        Err(e) => {
+            let d = Diagnostic::warning(Code::BadConfig, format!("cannot tell which objects this .config builds: {e}"))
+                .hint("pass the `.config` of a build of this tree (`make O=DIR …` writes DIR/.config)");
+            ui.report(&Diagnostics(vec![d]));
+            None
+        }
+    }
 }
 
 /// Lines of the object's kbuild file that pass or remove a mechanism's flags without its
@@ -204,14 +241,28 @@ pub struct ReportArgs {
     pub common: CommonArgs,
     #[arg(long, value_enum, default_value = "markdown")]
     pub format: Format,
+    /// A kernel `.config` (with `--tree`): judge the requirements for that build, and say which
+    /// do not apply because it does not build their objects.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 pub fn report_run(args: &ReportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let Ok(inputs) = inputs(&args.common, defaults, true, ui) else { return EXIT_BAD_INPUT };
     let mut r = report::build(&inputs.policy, &inputs.rules, &display(&inputs.policy_path));
+    let config = match args.config.as_deref().map(super::dotconfig::read).transpose() {
+        Ok(c) => c,
+        Err(d) => {
+            ui.report(&d);
+            return EXIT_BAD_INPUT;
+        }
+    };
     if let Some(tree) = inputs.tree.as_deref() {
         let plan = plan_for(&inputs, None, defaults, true, Sweeping::No);
         r = r.with_tree(&inputs.policy, &inputs.rules, tree, &plan);
+        if let (Some(c), Some(d)) = (config.as_ref(), descent_for(Some(tree), config.as_ref(), ui)) {
+            r = r.with_config(&inputs.policy, &inputs.rules, tree, c, &d);
+        }
     }
     match args.format {
         Format::Json => {

@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::kbuild::configs::{Prepared, State};
-use crate::kbuild::Rules;
+use crate::kbuild::descent::{Built, Descent};
+use crate::kbuild::dotconfig::DotConfig;
+use crate::kbuild::{arch, Rules};
 use crate::makefile;
 use crate::makefile::{kbuild_file, read_kbuild};
 use crate::policy::Requirement;
@@ -158,7 +160,17 @@ pub fn analyse(
 ) -> Result<Derivation, Failure> {
     let mut timings = Vec::new();
     let start = Instant::now();
-    let units = load_units(tree, build)?;
+    // The build's own `.config`, when there is one: what is built (linked into vmlinux) and
+    // each object's state are those of that build, as `explain --config` gives them.
+    let config = crate::input::read_to_string(&build.join(".config"), crate::input::KBUILD_LIMIT)
+        .ok()
+        .and_then(|t| DotConfig::parse(&t).ok());
+    let descent = config.as_ref().and_then(|c| Descent::walk(tree, c).ok());
+    let linked = match &descent {
+        Some(d) => Some(d.objects().filter(|(_, b)| *b == Built::Y).map(|(o, _)| o.to_string()).collect()),
+        None => linked_objects(build)?,
+    };
+    let units = load_units(tree, build, linked.as_ref())?;
     let g = Graph::build(&units, &|name| runtime.is_hook(name));
     drop(units);
     timings.push(("call graph".into(), start.elapsed()));
@@ -168,7 +180,7 @@ pub fn analyse(
     timings.push(("objects".into(), start.elapsed()));
 
     let start = Instant::now();
-    let models = model_states(tree, rules, runtime, &g.objects);
+    let models = model_states(tree, rules, runtime, &g.objects, config.as_ref().zip(descent.as_ref()));
     timings.push(("effective state".into(), start.elapsed()));
 
     let start = Instant::now();
@@ -208,7 +220,8 @@ pub fn analyse(
         timings: Vec::new(),
         objects_compiled: None,
     };
-    d.requirements = requirements.iter().map(|r| check_requirement(r, &d, &g, &unstopped, runtime)).collect();
+    d.requirements =
+        requirements.iter().map(|r| check_requirement(r, &d, &g, &unstopped, runtime, descent.as_ref())).collect();
     d.stats = stats(&g, &walk, runtime, &sites, &d, entries.len(), &models);
     timings.push(("walk and report".into(), start.elapsed()));
     d.timings = timings;
@@ -217,8 +230,9 @@ pub fn analyse(
 
 /// Objects linked into vmlinux (the top `built-in.a`, `lib/lib.a`, `arch/*/lib/lib.a`: what
 /// `vmlinux.a` is archived from), so code built for the boot loader, the vDSO or the real-mode
-/// trampoline does not join the kernel's graph (it defines its own `memcpy`). `None` when the
-/// build has no top `built-in.a` (then every `.ci` counts).
+/// trampoline does not join the kernel's graph (it defines its own `memcpy`); used when the
+/// build has no `.config` to walk the descent with. `None` when the build has no top
+/// `built-in.a` (then every `.ci` counts).
 fn linked_objects(build: &Path) -> Result<Option<std::collections::HashSet<String>>, Failure> {
     let Some(top) = read_built(&build.join("built-in.a"))? else { return Ok(None) };
     // Thin archives name members relative to the archive's own directory.
@@ -267,8 +281,11 @@ fn read_built(path: &Path) -> Result<Option<Vec<u8>>, Failure> {
 /// Every `.ci` file under `build` of an object linked into vmlinux, with its object path
 /// relative to the build directory, sorted by path so a run's output does not depend on the
 /// order the file system lists directories in.
-fn load_units(tree: &Path, build: &Path) -> Result<Vec<(String, callgraph::Unit)>, Failure> {
-    let linked = linked_objects(build)?;
+fn load_units(
+    tree: &Path,
+    build: &Path,
+    linked: Option<&std::collections::HashSet<String>>,
+) -> Result<Vec<(String, callgraph::Unit)>, Failure> {
     let mut paths: Vec<(String, PathBuf)> = walkdir::WalkDir::new(build)
         .into_iter()
         .filter_map(Result::ok)
@@ -277,7 +294,7 @@ fn load_units(tree: &Path, build: &Path) -> Result<Vec<(String, callgraph::Unit)
         .filter_map(|e| {
             let rel = e.path().strip_prefix(build).ok()?.with_extension("o");
             let object = rel.to_str()?.to_string();
-            let wanted = linked.as_ref().is_none_or(|l| l.contains(&object));
+            let wanted = linked.is_none_or(|l| l.contains(&object));
             wanted.then(|| (object, e.into_path()))
         })
         .collect();
@@ -362,7 +379,13 @@ fn kbuild_home(tree: &Path, object: &str) -> Option<(String, PathBuf, String)> {
 /// The effective state sanpolicy computes for each object, from its directory's kbuild file
 /// over every configuration (`None`: no readable kbuild file, or the tree does not read the
 /// mechanism).
-fn model_states(tree: &Path, rules: &Rules, runtime: &Runtime, objects: &[String]) -> Vec<Option<State>> {
+fn model_states(
+    tree: &Path,
+    rules: &Rules,
+    runtime: &Runtime,
+    objects: &[String],
+    build: Option<(&DotConfig, &Descent)>,
+) -> Vec<Option<State>> {
     let mut by_dir: BTreeMap<String, (PathBuf, Vec<(usize, String)>)> = BTreeMap::new();
     for (i, o) in objects.iter().enumerate() {
         if let Some((dir, file, rel)) = kbuild_home(tree, o) {
@@ -370,12 +393,25 @@ fn model_states(tree: &Path, rules: &Rules, runtime: &Runtime, objects: &[String
         }
     }
     let mut out = vec![None; objects.len()];
-    for (file, members) in by_dir.values() {
+    for (dir, (file, members)) in &by_dir {
         let Ok(text) = read_kbuild(file) else { continue };
         let parsed = makefile::parse(&text);
-        let mut prepared = Prepared::new(&parsed, &[]);
-        for (i, rel) in members {
-            out[*i] = prepared.state(rules, runtime.mech, rel, true);
+        match build {
+            // One run of the file for the build, as Kbuild runs it (the top Makefile's exports).
+            Some((c, d)) => {
+                let mut preset = d.preset(dir);
+                preset.extend(arch::preset(Some(tree), dir, &parsed, crate::kbuild::ANY_OBJECT, Some(c)));
+                let mut prepared = Prepared::with_config(&parsed, &preset, c);
+                for (i, rel) in members {
+                    out[*i] = prepared.state(rules, runtime.mech, rel, true);
+                }
+            }
+            None => {
+                for (i, rel) in members {
+                    let preset = arch::preset(Some(tree), dir, &parsed, rel, None);
+                    out[*i] = Prepared::new(&parsed, &preset).state(rules, runtime.mech, rel, true);
+                }
+            }
         }
     }
     out
@@ -474,12 +510,21 @@ fn covers(r: &Requirement, object: &str) -> bool {
     }
 }
 
+/// Whether the build's descent (from its `.config`) compiles nothing of the requirement's path.
+fn not_built(r: &Requirement, descent: Option<&Descent>) -> bool {
+    descent.is_some_and(|d| match &r.path.object {
+        Some(_) => d.built(&r.path.text).built == Built::N,
+        None => !d.descends(&r.path.kbuild_dir),
+    })
+}
+
 fn check_requirement(
     r: &Requirement,
     d: &Derivation,
     g: &Graph,
     unstopped: &Walk,
     runtime: &Runtime,
+    descent: Option<&Descent>,
 ) -> RequirementCheck {
     let path = r.path.text.clone();
     let verdict = if !r.exempt.iter().any(|(id, _)| *id == runtime.mech) {
@@ -488,7 +533,7 @@ fn check_requirement(
         Verdict::Runtime
     } else if let Some(f) = d.findings.iter().find(|f| covers(r, &f.object)) {
         Verdict::Derived { object: f.object.clone(), state: f.state, sites: f.sites, witness: f.witness.clone() }
-    } else if !g.objects.iter().any(|o| covers(r, o)) {
+    } else if not_built(r, descent) || !g.objects.iter().any(|o| covers(r, o)) {
         Verdict::NotBuilt
     } else {
         let through = (0..g.funcs.len())

@@ -359,6 +359,12 @@ impl<'f> Prepared<'f> {
         Some(out)
     }
 
+    /// The lists Kbuild's descent reads from the file under the `.config` (`None` without one).
+    pub fn lists(&mut self) -> Option<Lists> {
+        self.config?;
+        Some(Lists::of(self.run(None, Vec::new())))
+    }
+
     fn enumerate(
         &mut self,
         rules: &Rules,
@@ -428,17 +434,27 @@ impl<'f> Prepared<'f> {
         let (file, preset, config) = (self.file, &self.preset, self.config);
         self.runs.entry((own.unwrap_or(""), assignment)).or_insert_with_key(|(own, assignment)| {
             let mut env = Env::default();
+            for (name, value) in preset {
+                env.set(name, value);
+            }
+            // After the preset (which may hold the top Makefile's exports, the real flags among
+            // them): a removed mechanism's flags are the marker the resolver looks for.
+            // The top Makefile also adds them to `KBUILD_CFLAGS`, which a directory may rewrite
+            // (`KBUILD_CFLAGS := $(subst $(CC_FLAGS_FTRACE),,$(KBUILD_CFLAGS))`,
+            // arch/arm64/kernel/pi/Makefile:4): the run starts it from the same marker.
+            let mut kbuild_cflags = Vec::new();
             for m in MECHANISMS {
                 if let Form::FlagRemoval { expansion, .. } = m.form {
                     // The top Makefile sets the flags only when the tracer is configured.
                     if config.is_none_or(|c| !c.get(m.config).is_empty()) {
                         env.set(m.directive_name(), expansion);
+                        kbuild_cflags.push(expansion);
+                    } else {
+                        env.set(m.directive_name(), "");
                     }
                 }
             }
-            for (name, value) in preset {
-                env.set(name, value);
-            }
+            env.set("KBUILD_CFLAGS", &kbuild_cflags.join(" "));
             match config {
                 Some(c) => c.values.iter().for_each(|(k, v)| env.set(k, v)),
                 None => {
@@ -759,28 +775,71 @@ fn kernel_value(env: &Env, object: &str, listed: bool) -> String {
 /// `real-obj-y`, `real-obj-m` and `lib-y` of a run: composite objects replaced by their parts
 /// (`foo-objs`/`foo-y`/`foo-m`), subdirectories left out.
 fn kernel_objects(env: &Env) -> Vec<String> {
-    let words = |v: &str| env.value(v).split_whitespace().map(str::to_string).collect::<Vec<_>>();
-    let real = |list: Vec<String>, suffixes: &[&str]| -> Vec<String> {
-        list.into_iter()
-            .flat_map(|m| {
-                let base = m.strip_suffix(".o").unwrap_or(&m).to_string();
-                let parts: Vec<String> = suffixes.iter().flat_map(|s| words(&format!("{base}{s}"))).collect();
-                if parts.is_empty() || !m.ends_with(".o") {
-                    vec![m]
-                } else {
-                    parts
-                }
-            })
-            .collect()
-    };
-    let obj_y = words("obj-y");
-    let mut out = real(obj_y.clone(), &["-objs", "-y"]);
-    out.extend(real(words("obj-m").into_iter().filter(|m| !obj_y.contains(m)).collect(), &["-objs", "-y", "-m"]));
-    out.extend([words("lib-y"), words("lib-m")].concat());
+    let lists = Lists::of(env);
+    let mut out = [lists.real_obj_y, lists.real_obj_m, lists.lib].concat();
     out.retain(|o| o.ends_with(".o"));
     out.sort();
     out.dedup();
     out
+}
+
+/// What Kbuild's descent reads from a directory's kbuild file in one build: the lists of
+/// `scripts/Makefile.lib` (6.12 :39-81) after the file ran, in make's words.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lists {
+    /// `obj-y` as the file left it (objects and `dir/` entries).
+    pub obj_y: Vec<String>,
+    /// `obj-m` without what `obj-y` lists (`obj-m := $(filter-out $(obj-y),$(obj-m))`).
+    pub obj_m: Vec<String>,
+    /// `lib-y := $(filter-out $(obj-y), $(sort $(lib-y) $(lib-m)))`.
+    pub lib: Vec<String>,
+    /// `subdir-y` and `subdir-m`: directories visited without linking anything of them.
+    pub subdir: Vec<String>,
+    /// `real-obj-y`: `obj-y`'s objects with composites replaced by their parts
+    /// (`real-search` over `-objs -y`, a composite with only `foo-` counting as one).
+    pub real_obj_y: Vec<String>,
+    /// `real-obj-m`, the same over `-objs -y -m`.
+    pub real_obj_m: Vec<String>,
+}
+
+impl Lists {
+    fn of(env: &Env) -> Lists {
+        let words = |v: &str| env.value(v).split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        // `real-search`: a word whose `-objs`/`-y`/(`-m`)/`-` variables hold something is replaced
+        // by what the listed suffixes hold (nothing, when only `foo-` does).
+        let real = |list: &[String], suffixes: &[&str]| -> Vec<String> {
+            list.iter()
+                .flat_map(|m| {
+                    let Some(base) = m.strip_suffix(".o") else { return vec![m.clone()] };
+                    let parts = |sfx: &[&str]| -> Vec<String> {
+                        sfx.iter().flat_map(|s| words(&format!("{base}{s}"))).collect()
+                    };
+                    let mut any = suffixes.to_vec();
+                    any.push("-");
+                    if parts(&any).is_empty() {
+                        vec![m.clone()]
+                    } else {
+                        parts(suffixes)
+                    }
+                })
+                .collect()
+        };
+        let obj_y = words("obj-y");
+        let obj_m: Vec<String> = words("obj-m").into_iter().filter(|m| !obj_y.contains(m)).collect();
+        let mut lib: Vec<String> =
+            [words("lib-y"), words("lib-m")].concat().into_iter().filter(|l| !obj_y.contains(l)).collect();
+        lib.sort();
+        lib.dedup();
+        let objects = |l: &[String]| l.iter().filter(|o| !o.ends_with('/')).cloned().collect::<Vec<_>>();
+        Lists {
+            real_obj_y: real(&objects(&obj_y), &["-objs", "-y"]),
+            real_obj_m: real(&objects(&obj_m), &["-objs", "-y", "-m"]),
+            subdir: [words("subdir-y"), words("subdir-m")].concat(),
+            obj_y,
+            obj_m,
+            lib,
+        }
+    }
 }
 
 /// Drop symbols whose value never changes the result (for any other value of it), and the

@@ -146,6 +146,11 @@ impl Env {
         self.kernel_object.iter().map(|(o, (v, _))| (o.as_str(), v.as_str()))
     }
 
+    /// Whether a run (or a preset) defined the variable.
+    pub fn defined(&self, name: &str) -> bool {
+        self.vars.contains_key(name)
+    }
+
     /// The expanded value of a variable (empty when undefined).
     pub fn value(&self, name: &str) -> String {
         match self.vars.get(name) {
@@ -227,6 +232,17 @@ impl Scope<'_> {
             _ => (inner, ""),
         };
         if args.is_empty() && !inner.contains([' ', '\t']) {
+            // A substitution reference: `$(var:.o=.c)` is `$(patsubst %.o,%.c,$(var))`.
+            if let Some((var, rule)) = inner.split_once(':').filter(|(v, r)| !v.contains('$') && r.contains('=')) {
+                let (from, to) = rule.split_once('=').unwrap_or((rule, ""));
+                let (from, to) = if from.contains('%') {
+                    (from.to_string(), to.to_string())
+                } else {
+                    (format!("%{from}"), format!("%{to}"))
+                };
+                let value = self.value_depth(var, depth);
+                return value.split_whitespace().map(|w| patsubst(&from, &to, w)).collect::<Vec<_>>().join(" ");
+            }
             let name = self.expand_depth(inner, depth + 1);
             return self.value_depth(&name, depth);
         }
@@ -272,8 +288,73 @@ impl Scope<'_> {
                     .join(" ")
             }
             "strip" => arg(args).split_whitespace().collect::<Vec<_>>().join(" "),
+            "subst" => {
+                let parts = split_args(args, 3);
+                let (from, to) = (arg(parts[0]), arg(parts.get(1).copied().unwrap_or("")));
+                let text = arg(parts.get(2).copied().unwrap_or(""));
+                if from.is_empty() {
+                    text
+                } else {
+                    text.replace(&from, &to)
+                }
+            }
+            "addprefix" | "addsuffix" => {
+                let parts = split_args(args, 2);
+                let fix = arg(parts[0]);
+                let list = arg(parts.get(1).copied().unwrap_or(""));
+                let join = |w: &str| if word == "addprefix" { format!("{fix}{w}") } else { format!("{w}{fix}") };
+                list.split_whitespace().map(join).collect::<Vec<_>>().join(" ")
+            }
+            "sort" => {
+                let mut words: Vec<String> = arg(args).split_whitespace().map(str::to_string).collect();
+                words.sort();
+                words.dedup();
+                words.join(" ")
+            }
+            "notdir" | "dir" | "basename" | "suffix" => {
+                arg(args).split_whitespace().filter_map(|w| file_part(word, w)).collect::<Vec<_>>().join(" ")
+            }
+            "firstword" => arg(args).split_whitespace().next().unwrap_or("").to_string(),
+            "lastword" => arg(args).split_whitespace().last().unwrap_or("").to_string(),
+            "words" => arg(args).split_whitespace().count().to_string(),
+            "findstring" => {
+                let parts = split_args(args, 2);
+                let find = arg(parts[0]);
+                if arg(parts.get(1).copied().unwrap_or("")).contains(&find) {
+                    find
+                } else {
+                    String::new()
+                }
+            }
+            "foreach" => {
+                let parts = split_args(args, 3);
+                let var = arg(parts[0]).trim().to_string();
+                let list = arg(parts.get(1).copied().unwrap_or(""));
+                let body = parts.get(2).copied().unwrap_or("");
+                list.split_whitespace()
+                    .map(|w| {
+                        let mut overlay = self.overlay.to_vec();
+                        overlay.push((var.clone(), w.to_string()));
+                        Scope { env: self.env, overlay: &overlay }.expand_depth(body, depth + 1)
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
             _ => String::new(),
         }
+    }
+}
+
+/// `$(notdir …)`, `$(dir …)`, `$(basename …)` and `$(suffix …)` of one word, as make gives them.
+fn file_part(function: &str, word: &str) -> Option<String> {
+    let slash = word.rfind('/').map_or(0, |i| i + 1);
+    let (dir, file) = if slash == 0 { ("./", word) } else { (&word[..slash], &word[slash..]) };
+    let dot = file.rfind('.').map(|i| slash + i);
+    match function {
+        "notdir" => Some(file.to_string()),
+        "dir" => Some(dir.to_string()),
+        "basename" => Some(dot.map_or(word, |i| &word[..i]).to_string()),
+        _ => dot.map(|i| word[i..].to_string()),
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod arch;
 pub mod configs;
+pub mod descent;
 pub mod dotconfig;
 pub mod eval;
 pub mod kconfig;

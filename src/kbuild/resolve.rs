@@ -110,8 +110,11 @@ fn flags(id: MechId, decision: &super::rules::Decision, stem: &str, env: &Env) -
     };
     let marked = |v: &str| v.split_whitespace().any(|w| marker_words.contains(&w));
     let naming = decision.naming.make_name();
-    // Where the tree's flags come from: the top Makefile adds the mechanism's flags to KBUILD_CFLAGS.
-    let overlay = [(naming.to_string(), stem.to_string()), ("KBUILD_CFLAGS".to_string(), expansion.to_string())];
+    // Where the tree's flags come from: the top Makefile adds the mechanism's flags to
+    // KBUILD_CFLAGS; a run of the file (`configs`) starts it from them and keeps what the file
+    // did to it (a `$(subst …)` or `$(filter-out …)` of the flags removes them for every object).
+    let kbuild_cflags = if env.defined("KBUILD_CFLAGS") { env.value("KBUILD_CFLAGS") } else { expansion.to_string() };
+    let overlay = [(naming.to_string(), stem.to_string()), ("KBUILD_CFLAGS".to_string(), kbuild_cflags)];
     let expr = &decision.expression;
     let words = env.expand_with(expr, &overlay);
     let on = marked(&words);

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::generate::snapshot::dir_file;
 use crate::generate::Plan;
 use crate::kbuild::configs::{self, State};
+use crate::kbuild::descent::{self, Descent};
 use crate::kbuild::dotconfig::DotConfig;
 use crate::kbuild::{arch, DecidedBy, Rules};
 use crate::makefile::{self, KbuildFile};
@@ -67,6 +68,9 @@ pub struct Explanation {
     /// The target-specific `is-kernel-object` line that decides it (with a `.config`: in that
     /// build; without: where its conditions hold).
     pub kernel_object_line: Option<usize>,
+    /// With a `.config` and a tree: whether Kbuild builds the object at all in that build
+    /// (its descent from the top), and for `n` the line that decides it.
+    pub built: Option<descent::Answer>,
     /// Variables expanded in per-object names (`BITS=64`).
     pub preset: Vec<(String, String)>,
     /// Indices into the policy's `[[acknowledge]]` entries about this object or its directory
@@ -87,10 +91,11 @@ pub fn explain(
     plan: Option<&Plan>,
     object: &str,
 ) -> Result<Explanation, String> {
-    explain_for(policy, rules, tree, plan, object, None)
+    explain_for(policy, rules, tree, plan, object, None, None)
 }
 
-/// [`explain`] for the build of `config` (a kernel `.config`) when given: a definite state.
+/// [`explain`] for the build of `config` (a kernel `.config`) when given: a definite state; with
+/// the build's descent (from the same `.config`), also whether the object is built at all.
 pub fn explain_for(
     policy: &Policy,
     rules: &Rules,
@@ -98,13 +103,22 @@ pub fn explain_for(
     plan: Option<&Plan>,
     object: &str,
     config: Option<&DotConfig>,
+    descent: Option<&Descent>,
 ) -> Result<Explanation, String> {
     let path = UnitPath::parse(object, None).map_err(|(m, h)| format!("{m}: {h}"))?;
-    let path = policy.units.iter().find(|u| u.path.text == path.text).map_or(path, |u| u.path.clone());
+    let path = match policy.units.iter().find(|u| u.path.text == path.text) {
+        Some(u) => u.path.clone(),
+        None => home(tree, plan, path),
+    };
     let rel = path.object.clone().unwrap_or_else(|| crate::generate::snapshot::ANY_OBJECT.to_string());
     let (file, kbuild_path, disk) = file_for(policy, rules, tree, plan, &path.kbuild_dir);
     let preset = arch::preset(tree, &path.kbuild_dir, &file, &rel, config);
-    let mut prepared = prepare(&file, &preset, config);
+    // For one build, the file runs as Kbuild runs it there: with what the top Makefile exports.
+    let walk_preset = match (descent, config) {
+        (Some(d), Some(_)) => [d.preset(&path.kbuild_dir), preset.clone()].concat(),
+        _ => preset.clone(),
+    };
+    let mut prepared = prepare(&file, &walk_preset, config);
     let kernel_object = prepared.kernel_object(&rel);
     let kernel_object_line = prepared.kernel_object_line(&rel);
     // `None`: the tree does not read the mechanism.
@@ -167,7 +181,7 @@ pub fn explain_for(
     let drift = match planned {
         None => Vec::new(),
         Some(planned) => {
-            let mut after = prepare(planned, &preset, config);
+            let mut after = prepare(planned, &walk_preset, config);
             MechId::all()
                 .filter_map(|id| {
                     let now = states[&id].clone()?;
@@ -195,6 +209,7 @@ pub fn explain_for(
         no_source,
         kernel_object,
         kernel_object_line,
+        built: descent.filter(|_| path.object.is_some()).map(|d| d.built(&path.text)),
         preset,
         acknowledged: acknowledged_for(policy, &path),
         opaque,
@@ -212,6 +227,28 @@ fn prepare<'a>(
         Some(c) => configs::Prepared::with_config(file, preset, c),
         None => configs::Prepared::new(file, preset),
     }
+}
+
+/// An object of a directory without a kbuild file is built by the nearest directory above that
+/// has one, under its path from there (`arch/x86/entry/vdso/Makefile` builds
+/// `vdso32/vclock_gettime.o`, and names it so in `CFLAGS_REMOVE_vdso32/vclock_gettime.o`).
+fn home(tree: Option<&Path>, plan: Option<&Plan>, path: UnitPath) -> UnitPath {
+    let (Some(tree), Some(_)) = (tree, &path.object) else { return path };
+    let has_file = |dir: &Path| {
+        plan.is_some_and(|p| dir.to_str().is_some_and(|d| p.files.contains_key(d)))
+            || kbuild_file(&tree.join(dir)).is_some()
+    };
+    let mut dir = Path::new(&path.kbuild_dir);
+    if has_file(dir) {
+        return path;
+    }
+    while let Some(up) = dir.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if has_file(up) {
+            return up.to_str().and_then(|d| UnitPath::parse(&path.text, Some(d)).ok()).unwrap_or(path);
+        }
+        dir = up;
+    }
+    path
 }
 
 /// The constructs of `file` through which make may change a mechanism's decision: its own
@@ -409,7 +446,18 @@ fn notes(e: &Explanation) -> Vec<String> {
         ));
     }
     let file = e.kbuild_file.as_deref().map_or_else(|| format!("{}/", e.kbuild_dir), shown);
+    if let Some(b) = e.built.as_ref().filter(|b| b.built == descent::Built::N) {
+        let at =
+            b.at.as_ref().map(|a| if a.text.is_empty() { format!(" ({a})") } else { format!(" ({a} `{}`)", a.text) });
+        notes.push(format!(
+            "not built in this configuration: {}{}; the states below are what Kbuild would apply if it built it",
+            b.why,
+            at.unwrap_or_default()
+        ));
+    }
+    let unbuilt = e.built.as_ref().is_some_and(|b| b.built == descent::Built::N);
     match (e.kernel_object, e.kernel_object_line) {
+        _ if unbuilt => {}
         (Some(k), Some(line)) => notes.push(format!(
             "for the given .config: {} in this build, as {file}:{line} sets its `is-kernel-object` (a target-specific value, whatever obj-y, obj-m and lib-y say)",
             if k { "a kernel object" } else { "not a kernel object" }
@@ -560,6 +608,8 @@ pub fn to_json(e: &Explanation, policy: &Policy) -> Value {
         "no_source": e.no_source,
         "kernel_object": e.kernel_object,
         "kernel_object_line": e.kernel_object_line,
+        "built": e.built.as_ref().map(|b| b.built.as_str()),
+        "built_line": e.built.as_ref().and_then(|b| b.at.as_ref()).map(|a| a.to_string()),
         "mechanisms": mechanisms,
         "requirements": requirements,
     })

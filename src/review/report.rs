@@ -10,7 +10,9 @@ use std::path::Path;
 use super::explain::{opaque_in, OpaqueAt};
 use crate::generate::snapshot::{dir_files, ANY_OBJECT};
 use crate::kbuild::configs::{self, State};
-use crate::kbuild::Rules;
+use crate::kbuild::descent::{Built, Descent};
+use crate::kbuild::dotconfig::DotConfig;
+use crate::kbuild::{arch, Rules};
 use crate::makefile::{self, KbuildFile};
 use crate::makefile::{kbuild_file, read_kbuild};
 use crate::mechanism::MechId;
@@ -86,6 +88,9 @@ pub struct Report {
     /// With a tree ([`Report::with_tree`]): the opaque constructs in the kbuild files of the
     /// directories the policy names, as (directory, file shown, construct).
     pub opaque: Vec<(String, String, OpaqueAt)>,
+    /// With a `.config` ([`Report::with_config`]): requirements whose object or directory that
+    /// build does not compile, by index, with why and the deciding line.
+    pub not_built: BTreeMap<usize, String>,
 }
 
 impl Report {
@@ -118,6 +123,59 @@ impl Report {
         self
     }
 
+    /// The requirements judged for the build of `config` instead of every configuration: a
+    /// requirement whose objects the build does not compile (`descent`) does not apply, the
+    /// others are broken where an object the build compiles is instrumented.
+    pub fn with_config(
+        mut self,
+        policy: &Policy,
+        rules: &Rules,
+        tree: &Path,
+        config: &DotConfig,
+        descent: &Descent,
+    ) -> Report {
+        let files = dir_files(policy, rules);
+        let empty = KbuildFile::default();
+        for (i, broken) in self.requirements.iter_mut() {
+            let r = &policy.requirements[*i];
+            let dir = &r.path.kbuild_dir;
+            let answer = match &r.path.object {
+                Some(_) => Some(descent.built(&r.path.text)).filter(|a| a.built == Built::N),
+                None => (!descent.descends(dir)).then(|| descent.built(&format!("{dir}/{ANY_OBJECT}"))),
+            };
+            if let Some(a) = answer {
+                let at = a.at.map(|a| format!(" ({a})")).unwrap_or_default();
+                self.not_built.insert(*i, format!("{}{at}", a.why));
+                broken.clear();
+                continue;
+            }
+            // The tree's own file for the directory (what that build reads), else the policy's.
+            let parsed = kbuild_file(&tree.join(dir)).and_then(|p| read_kbuild(&p).ok()).map(|t| makefile::parse(&t));
+            let file = parsed.as_ref().or(files.get(dir)).unwrap_or(&empty);
+            let mut preset = descent.preset(dir);
+            preset.extend(arch::preset(Some(tree), dir, file, ANY_OBJECT, Some(config)));
+            let mut prepared = configs::Prepared::with_config(file, &preset, config);
+            let objects: Vec<String> = match &r.path.object {
+                Some(o) => vec![o.clone()],
+                None => prepared
+                    .kernel_objects()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|o| !r.except.contains(o) && descent.built(&format!("{dir}/{o}")).built != Built::N)
+                    .collect(),
+            };
+            *broken = r
+                .exempt
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| {
+                    objects.iter().any(|o| prepared.state(rules, *id, o, true).is_some_and(|s| s != State::Off))
+                })
+                .collect();
+        }
+        self
+    }
+
     /// The opaque constructs of requirement `i`'s directory that may change one of its mechanisms.
     fn opaque_for<'a>(&'a self, policy: &'a Policy, i: usize) -> impl Iterator<Item = &'a (String, String, OpaqueAt)> {
         let r = &policy.requirements[i];
@@ -143,6 +201,9 @@ fn acknowledged_reasons(policy: &Policy, i: usize, broken: &[MechId]) -> Vec<Str
 /// A requirement's status: holds, or broken (acknowledged, with the reason), and whether an
 /// opaque construct makes it uncertain. `strong` wraps the broken word (Markdown bold).
 fn requirement_status(report: &Report, policy: &Policy, i: usize, broken: &[MechId], strong: &str) -> String {
+    if let Some(why) = report.not_built.get(&i) {
+        return format!("not built in this configuration: {why}");
+    }
     if report.not_applicable.contains(&i) {
         return "does not apply: the tree has no such object or directory".to_string();
     }
@@ -211,6 +272,7 @@ pub fn build(policy: &Policy, rules: &Rules, policy_name: &str) -> Report {
         requirements,
         not_applicable: Default::default(),
         opaque: Vec::new(),
+        not_built: BTreeMap::new(),
     }
 }
 
@@ -396,6 +458,7 @@ pub fn to_json(report: &Report, policy: &Policy) -> Value {
                 "exempt": r.exempt.iter().map(|(id, _)| id.get().name).collect::<Vec<_>>(),
                 "applies": !report.not_applicable.contains(i),
                 "holds": broken.is_empty(),
+                "not_built": report.not_built.get(i),
                 "broken": broken.iter().map(|id| id.get().name).collect::<Vec<_>>(),
                 "acknowledged": acknowledged_reasons(policy, *i, broken),
                 "certain": report.opaque_for(policy, *i).next().is_none(),

@@ -1,8 +1,9 @@
 //! `cargo xtask`: the same commands as `sanpolicy`, with this repository's defaults
-//! (`policy/linux.toml`, no tree, fragments into `target/sanpolicy/fragments`), plus `bench` and `fuzz`.
+//! (`policy/linux.toml`, no tree, fragments into `target/sanpolicy/fragments`), plus `bench`, `fuzz` and `judge`.
 
 mod bench;
 mod fuzz;
+mod judge;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,7 +35,7 @@ fn own_command<O>(
 }
 
 /// xtask's own commands, listed after the shared ones in `cargo xtask --help`.
-const OWN_COMMANDS: &str = "xtask's own commands:\n  bench  Time import, gen-makefiles --check and the pre-commit hook against ripgrep (`cargo xtask bench --help`)\n  fuzz   Run the policy-parser and kbuild-reader fuzzers in release mode (`cargo xtask fuzz --help`)";
+const OWN_COMMANDS: &str = "xtask's own commands:\n  bench  Time import, gen-makefiles --check and the pre-commit hook against ripgrep (`cargo xtask bench --help`)\n  fuzz   Run the policy-parser and kbuild-reader fuzzers in release mode (`cargo xtask fuzz --help`)\n  judge  Compare explain --config with real Kbuild builds: descent, arm64 and clang (`cargo xtask judge --help`)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -50,6 +51,7 @@ fn main() -> ExitCode {
             println!("\n{OWN_COMMANDS}");
             ExitCode::from(code)
         }
+        Some("judge") => own_command(&args[1..], judge::USAGE, judge::parse, |o| judge::judge(&root, o)),
         _ => {
             let args = std::iter::once("cargo xtask".to_string()).chain(args);
             ExitCode::from(sanpolicy::cli::main(args, &sanpolicy::cli::Defaults::xtask(&root)))
