@@ -222,7 +222,7 @@ fn scanner_reads_use_trees_paths_and_super() {
 /// else that reads a file (issue 18) goes through `input.rs`: only a regular file, opened
 /// without blocking, never more than a bound.
 const READS_OUTSIDE_INPUT: &[(&str, &str)] = &[(
-    "src/review/hook.rs",
+    "src/review/git.rs",
     "reads the stdout pipe of `git cat-file --batch`, a child it started (never a path), \
      each blob through `take` to its bound",
 )];
