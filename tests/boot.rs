@@ -136,3 +136,20 @@ fn bad_arguments_are_refused_before_anything_is_built() {
     assert!(stderr.contains("--config FILE"), "{stderr}");
     assert!(!cache.path().join("sanpolicy").exists(), "a refused run creates nothing");
 }
+
+/// The workload builds here as a static binary and is packed as the initramfs's `/init`, beside
+/// `/dev/console`.
+#[test]
+fn the_workload_builds_static_and_is_packed_as_init() {
+    let build = tempfile::tempdir().unwrap();
+    let cpio = sanpolicy::runtime::initramfs(build.path()).unwrap_or_else(|f| panic!("{}\n{}", f.message, f.hint));
+    let bytes = fs::read(&cpio).unwrap();
+    assert!(bytes.starts_with(b"070701"));
+    assert!(bytes.windows(12).any(|w| w == b"dev/console\0"));
+    let at = bytes.windows(5).position(|w| w == b"init\0").expect("an init entry");
+    assert_eq!(&bytes[at + 6..at + 10], b"\x7fELF", "the init's data follows its padded name");
+    // Static: no program interpreter to load (the initramfs holds no dynamic loader).
+    let init = fs::read(build.path().join("sanpolicy/init")).unwrap();
+    assert!(!init.windows(15).any(|w| w == b"/lib64/ld-linux"), "the workload is dynamically linked");
+    assert!(bytes.windows(10).any(|w| w == b"TRAILER!!!"));
+}

@@ -462,3 +462,68 @@ fn cost_text(c: &runtime::Cost) -> String {
     s.push_str(&format!("verdict: {}\n", c.sys.verdict("sys")));
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::console;
+    use crate::runtime::qemu::Accel;
+    use std::time::Duration;
+
+    fn boot(text: &str, end: End) -> Boot {
+        let parsed = console::parse(text);
+        let reports =
+            parsed.reports.iter().map(|r| (r.clone(), Some(("f".to_string(), "lib/x.o".to_string())))).collect();
+        Boot {
+            accel: Accel::Tcg,
+            end,
+            console: parsed,
+            reports,
+            tail: vec!["last".into()],
+            host: Duration::from_secs(35),
+            silent_console: text.is_empty(),
+            console_file: None,
+        }
+    }
+
+    #[test]
+    fn boot_json_has_the_documented_keys() {
+        let b = boot("sanpolicy: init 1.5 scale=1\nsanpolicy: phase files wall=0.2 user=0.0 sys=0.19\nsanpolicy: total wall=0.2 user=0.0 sys=0.19\nsanpolicy: lockdep debug_locks: 1\nsanpolicy: end\n", End::Marker);
+        let v = boot_json_one(&b);
+        assert_eq!((v["booted"].as_bool(), v["clean"].as_bool()), (Some(true), Some(true)));
+        assert_eq!(v["reports"], json!([]));
+        assert_eq!(v["workload"]["sys"], json!(0.19));
+        assert_eq!(v["workload"]["phases"][0]["name"], "files");
+        assert_eq!(v["lockdep"]["debug_locks"], "1");
+        assert_eq!(v["console_tail"], json!([]), "a clean boot shows no tail");
+
+        // A report: kind, object and excerpt; the boot is not clean.
+        let b = boot("UBSAN: shift-out-of-bounds in lib/x.c:1:2\n f+0x1/0x2\nsanpolicy: end\n", End::Marker);
+        let v = boot_json_one(&b);
+        assert_eq!(v["clean"], false);
+        assert_eq!(v["reports"][0]["kind"], "ubsan");
+        assert_eq!(v["reports"][0]["object"], "lib/x.o");
+        assert!(v["reports"][0]["excerpt"].as_str().unwrap().starts_with("UBSAN:"));
+
+        // A silent death: not booted, the end named.
+        let b = boot("", End::Exited(Some(0)));
+        let v = boot_json_one(&b);
+        assert_eq!((v["booted"].as_bool(), v["end"].as_str()), (Some(false), Some("qemu-exited-0")));
+        assert!(b.verdict().unwrap().contains("no console output"), "{:?}", b.verdict());
+        let text = boot_text(1, &b);
+        assert!(text.contains("FAILED") && text.contains("no console output"), "{text}");
+    }
+
+    #[test]
+    fn figure_json_gives_ratio_low_high() {
+        let f = Figure {
+            instrumented: vec![2.6, 2.5, 2.7],
+            exempt: vec![1.8, 1.9, 1.7],
+            interval: Some(runtime::stats::Interval { ratio: 0.69, low: 0.65, high: 0.74 }),
+        };
+        let v = figure_json(&f, "sys");
+        assert_eq!((v["ratio"].as_f64(), v["low"].as_f64(), v["high"].as_f64()), (Some(0.69), Some(0.65), Some(0.74)));
+        assert_eq!(v["instrumented"]["median"], json!(2.6));
+        assert_eq!(v["real"], true);
+    }
+}
