@@ -133,9 +133,11 @@ static void files(void)
 {
 	char a[64], b[64], buf[4096];
 	memset(buf, 'f', sizeof buf);
+	/* Names of this process's own: the parallel phase runs two of these at once. */
+	long me = (long)getpid();
 	for (long i = 0; i < 150 * scale; i++) {
-		snprintf(a, sizeof a, "/tmp/f%ld", i % 16);
-		snprintf(b, sizeof b, "/tmp/g%ld", i % 16);
+		snprintf(a, sizeof a, "/tmp/f%ld-%ld", me, i % 16);
+		snprintf(b, sizeof b, "/tmp/g%ld-%ld", me, i % 16);
 		int fd = open(a, O_CREAT | O_WRONLY | O_TRUNC, 0600);
 		if (fd < 0)
 			die("open");
