@@ -367,7 +367,7 @@ pub fn boot_once(
         .iter()
         .map(|r| {
             let map = locate.get_or_insert_with(|| functions(build));
-            let at = console::attribute(r, &|f| map.get(console_name(f)).cloned());
+            let at = console::attribute(r, &|f| map.get(f).cloned());
             (r.clone(), at)
         })
         .collect();
@@ -393,11 +393,6 @@ fn guest(kernel: &Kernel, initrd: &Path, o: &Options, accel: Accel) -> Guest {
 /// The probe's guest: the kernel about to be booted.
 pub fn probe_guest(kernel: &Kernel, initrd: &Path, o: &Options) -> Guest {
     guest(kernel, initrd, o, Accel::Kvm)
-}
-
-/// `foo.constprop.0` stays; the console prints symbols as the object has them.
-fn console_name(f: &str) -> &str {
-    f
 }
 
 /// Every function symbol of the build's objects, to the object defining it (relative to the
