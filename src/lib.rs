@@ -12,6 +12,7 @@
 //! - [`check`]: requirements, sources and drift;
 //! - [`output`]: the one atomic writer and the diffs;
 //! - [`diagnostic`]: one shape for every problem; [`cli`]: the shared command line;
+//! - [`runtime`]: boot the debug kernel a policy builds under QEMU, read its reports, price an exemption;
 //! - [`cargo`]: the Cargo side: `[[crate]]` entries as profile tables in a workspace's `Cargo.toml`.
 
 pub mod cargo;
@@ -29,3 +30,4 @@ pub mod mechanism;
 pub mod output;
 pub mod policy;
 pub mod review;
+pub mod runtime;

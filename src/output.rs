@@ -153,6 +153,26 @@ pub fn write_atomic(path: &Path, contents: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Write `bytes` to `path` by renaming a synced temporary file from the same directory over it
+/// (a binary artifact: the boot stage's initramfs and kernel copies). The directory must exist;
+/// the file gets `mode`.
+pub fn write_bytes_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = dir_of(path);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let temp = dir.join(format!("{TEMP_PREFIX}{}-{nanos:08x}{TEMP_SUFFIX}", std::process::id()));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&temp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&temp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}
+
 /// The directory holding `path` (`.` for a bare file name).
 fn dir_of(path: &Path) -> &Path {
     path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))

@@ -25,7 +25,7 @@ const STAGES: &[&[&str]] = &[
     &["emit"],
     &["generate"],
     &["cargo", "check", "import", "derive"],
-    &["review"],
+    &["review", "runtime"],
     &["cli"],
 ];
 

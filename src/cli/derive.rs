@@ -62,26 +62,11 @@ pub fn run(args: &DeriveArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                 .hint(format!("pass it: `{} derive --tree DIR`", defaults.program)),
         );
     };
-    let runtimes = match runtimes::bundled() {
+    let runtime = match runtime_for(&args.mechanism, "derive", ui) {
         Ok(r) => r,
-        Err(e) => return bad(ui, Diagnostic::error(Code::TomlSyntax, e)),
+        Err(code) => return code,
     };
-    let with_runtime: Vec<&str> =
-        runtimes.iter().filter(|r| r.unsupported.is_none()).map(|r| r.mech.get().name).collect();
-    let Some(runtime) = runtimes.iter().find(|r| r.mech.get().name == args.mechanism) else {
-        return bad(
-            ui,
-            Diagnostic::error(Code::UnknownMechanism, format!("no runtime data for `{}`", args.mechanism))
-                .hint(format!("use one of: --mechanism {}", with_runtime.join(", --mechanism "))),
-        );
-    };
-    if let Some(why) = &runtime.unsupported {
-        return bad(
-            ui,
-            Diagnostic::error(Code::Unsupported, format!("cannot derive `{}`: {why}", args.mechanism))
-                .hint(format!("use one of: --mechanism {}", with_runtime.join(", --mechanism "))),
-        );
-    }
+    let runtime = &runtime;
     let Ok(rules) = rules_for_tree(&tree, ui) else { return EXIT_BAD_INPUT };
     if !tree.join("scripts/config").is_file() {
         return bad(
@@ -177,6 +162,27 @@ pub fn run(args: &DeriveArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     eprintln!("time: {}", render::timings(&d));
     EXIT_OK
+}
+
+/// The bundled runtime data of `--mechanism M`; refused (exit 2, said how to fix) when there is
+/// none or the mechanism cannot be built here. `what` is the refused action (`derive`, `build`).
+pub(super) fn runtime_for(mechanism: &str, what: &str, ui: &mut Ui) -> Result<runtimes::Runtime, u8> {
+    let runtimes = match runtimes::bundled() {
+        Ok(r) => r,
+        Err(e) => return Err(bad(ui, Diagnostic::error(Code::TomlSyntax, e))),
+    };
+    let with_runtime: Vec<&str> =
+        runtimes.iter().filter(|r| r.unsupported.is_none()).map(|r| r.mech.get().name).collect();
+    let hint = format!("use one of: --mechanism {}", with_runtime.join(", --mechanism "));
+    let Some(runtime) = runtimes.iter().find(|r| r.mech.get().name == mechanism) else {
+        let message = format!("no runtime data for `{mechanism}`");
+        return Err(bad(ui, Diagnostic::error(Code::UnknownMechanism, message).hint(hint)));
+    };
+    if let Some(why) = &runtime.unsupported {
+        let message = format!("cannot {what} `{mechanism}`: {why}");
+        return Err(bad(ui, Diagnostic::error(Code::Unsupported, message).hint(hint)));
+    }
+    Ok(runtime.clone())
 }
 
 /// The shipped requirements, or those of `--policy FILE`.

@@ -17,6 +17,7 @@ macro_rules! outln {
     }};
 }
 
+mod boot;
 mod check;
 mod context;
 mod derive;
@@ -139,6 +140,18 @@ enum Command {
         after_help = "Examples:\n  sanpolicy derive --build ~/build/kasan\n  cargo xtask derive --tree /usr/src/linux --mechanism kcsan --format json"
     )]
     Derive(derive::DeriveArgs),
+    /// Build the debug kernel the policy gives, boot it under QEMU with a workload, and report
+    /// every sanitizer and lockdep report (attributed to objects) and the workload's figures.
+    #[command(
+        after_help = "Examples:\n  sanpolicy boot --mechanism kasan\n  cargo xtask boot --tree /usr/src/linux --runs 3 --format json"
+    )]
+    Boot(boot::BootArgs),
+    /// Price one exemption: boot the kernel with the unit's setting as the policy has it and
+    /// flipped, interleaved, and compare the workload's sys and wall time.
+    #[command(
+        after_help = "Examples:\n  sanpolicy cost kernel/locking/lockdep.o --mechanism kasan --runs 8\n  cargo xtask cost kernel/locking/lockdep.o --tree /usr/src/linux --preempt-rt --format json"
+    )]
+    Cost(boot::CostArgs),
 }
 
 /// Parse `args` (program name first) and run; returns the exit code.
@@ -164,5 +177,7 @@ pub fn main(args: impl IntoIterator<Item = String>, defaults: &Defaults) -> u8 {
         Command::PreCommit(a) => hook::pre_commit_run(&a, defaults, &mut ui),
         Command::InstallHook(a) => hook::install_run(&a, defaults, &mut ui),
         Command::Derive(a) => derive::run(&a, defaults, &mut ui),
+        Command::Boot(a) => boot::boot_run(&a, defaults, &mut ui),
+        Command::Cost(a) => boot::cost_run(&a, defaults, &mut ui),
     }
 }

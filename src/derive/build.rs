@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::runtimes::Runtime;
+use super::runtimes::{Config, Runtime};
 
 /// The flag that makes gcc write `x.ci` beside `x.o`.
 pub const KCFLAGS: &str = "KCFLAGS=-fcallgraph-info";
@@ -37,7 +37,20 @@ pub struct Built {
     pub steps: Vec<(String, Duration)>,
     /// Objects Kbuild compiled in this run (its `CC` lines): 0 when nothing changed.
     pub compiled: usize,
+    /// Those objects, relative to the build directory, in make's order.
+    pub objects: Vec<String>,
     pub log: PathBuf,
+}
+
+/// What to configure and build: the Kconfig symbols (on top of `tinyconfig`), the make
+/// arguments after `-jN` (variables and goals), the log's name in the build directory, and the
+/// command a failure's hint says to run again.
+#[derive(Debug, Clone)]
+pub struct Recipe<'a> {
+    pub config: &'a Config,
+    pub make: &'a [&'a str],
+    pub log: &'a str,
+    pub again: &'a str,
 }
 
 /// A build step that failed: what, and where to look.
@@ -91,14 +104,20 @@ fn is_build_of(tree: &Path, build: &Path) -> bool {
     linked && includes
 }
 
-/// Configure (when needed) and build `tree` in `build` for `runtime`.
+/// Configure (when needed) and build `tree` in `build` for `runtime`, with the call graph.
 pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Result<Built, Failure> {
+    let recipe = Recipe { config: &runtime.config, make: &[KCFLAGS, target(tree)], log: LOG, again: "derive" };
+    ensure_with(tree, build, &recipe, jobs)
+}
+
+/// Configure (when `.config` lacks what the recipe needs) and build `tree` in `build`.
+pub fn ensure_with(tree: &Path, build: &Path, recipe: &Recipe, jobs: usize) -> Result<Built, Failure> {
     // make runs with `-C tree`, so a relative `O=` would name a directory inside the tree.
     let build = &std::path::absolute(build).map_err(|e| Failure {
         message: format!("cannot resolve the build directory `{}`: {e}", build.display()),
         hint: "pass an absolute path with `--build DIR`".into(),
     })?;
-    let log = build.join(LOG);
+    let log = build.join(recipe.log);
     let mut built = Built { log: log.clone(), ..Built::default() };
     fs::create_dir_all(build).map_err(|e| Failure {
         message: format!("cannot create the build directory `{}`: {e}", build.display()),
@@ -108,19 +127,21 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
     let start = Instant::now();
     let config = build.join(".config");
     if !config.is_file() {
-        make(tree, build, &["tinyconfig"], &mut output, &log)?;
+        make(tree, build, &["tinyconfig"], &mut output, &log, recipe.again)?;
     }
-    if !configured(&read_text(&config), runtime) {
+    let wanted = recipe.config;
+    if !configured(&read_text(&config), wanted) {
         let mut args: Vec<String> = vec!["--file".into(), config.display().to_string()];
-        for (flag, symbols) in [("-e", &runtime.config.enable), ("-d", &runtime.config.disable)] {
+        for (flag, symbols) in [("-e", &wanted.enable), ("-d", &wanted.disable)] {
             for s in symbols {
                 args.extend([flag.to_string(), s.clone()]);
             }
         }
-        run(Command::new(tree.join("scripts/config")).args(&args), "scripts/config", &mut output, &log)?;
-        make(tree, build, &["olddefconfig"], &mut output, &log)?;
+        let again = recipe.again;
+        run(Command::new(tree.join("scripts/config")).args(&args), "scripts/config", &mut output, &log, again)?;
+        make(tree, build, &["olddefconfig"], &mut output, &log, again)?;
         let text = read_text(&config);
-        if let Some(missing) = runtime.config.require.iter().find(|s| !is_set(&text, s)) {
+        if let Some(missing) = wanted.require.iter().find(|s| !is_set(&text, s)) {
             return Err(Failure {
                 message: format!("CONFIG_{missing} is not `y` in `{}` after olddefconfig", config.display()),
                 hint: format!(
@@ -135,12 +156,25 @@ pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Resu
     built.steps.push(("configure".into(), start.elapsed()));
     let start = Instant::now();
     let jobs = format!("-j{jobs}");
-    let target = target(tree);
-    make(tree, build, &[&jobs, KCFLAGS, target], &mut output, &log)?;
-    built.compiled = output.lines().filter(|l| l.trim_start().starts_with("CC ")).count();
-    built.steps.push((format!("make {target}"), start.elapsed()));
+    let mut args = vec![jobs.as_str()];
+    args.extend(recipe.make);
+    make(tree, build, &args, &mut output, &log, recipe.again)?;
+    built.objects = compiled(&output);
+    built.compiled = built.objects.len();
+    let goals: Vec<&str> = recipe.make.iter().copied().filter(|a| !a.contains('=')).collect();
+    built.steps.push((format!("make {}", goals.join(" ")), start.elapsed()));
     write_log(&log, &output);
     Ok(built)
+}
+
+/// The objects of make's `CC` lines (`  CC      kernel/locking/lockdep.o`).
+pub fn compiled(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("CC "))
+        .map(|rest| rest.trim().to_string())
+        .filter(|o| !o.is_empty())
+        .collect()
 }
 
 /// `.` where the tree's top Makefile has the descent's `$(build-dir): prepare` rule (that rule
@@ -156,23 +190,24 @@ fn target(tree: &Path) -> &'static str {
 
 /// Whether `.config` already holds what the runtime needs (then it is left alone, so Kbuild
 /// sees no configuration change and rebuilds nothing).
-fn configured(text: &str, runtime: &Runtime) -> bool {
-    runtime.config.require.iter().all(|s| is_set(text, s)) && !runtime.config.disable.iter().any(|s| is_set(text, s))
+fn configured(text: &str, config: &Config) -> bool {
+    config.require.iter().all(|s| is_set(text, s)) && !config.disable.iter().any(|s| is_set(text, s))
 }
 
-fn is_set(config: &str, symbol: &str) -> bool {
+/// Whether `CONFIG_<symbol>=y` is a line of the `.config` text.
+pub fn is_set(config: &str, symbol: &str) -> bool {
     let line = format!("CONFIG_{symbol}=y");
     config.lines().any(|l| l == line)
 }
 
-fn make(tree: &Path, build: &Path, args: &[&str], output: &mut String, log: &Path) -> Result<(), Failure> {
+fn make(tree: &Path, build: &Path, args: &[&str], output: &mut String, log: &Path, again: &str) -> Result<(), Failure> {
     let mut cmd = Command::new("make");
     cmd.arg("-C").arg(tree).arg(format!("O={}", build.display())).args(args);
-    run(&mut cmd, &format!("make {}", args.join(" ")), output, log)
+    run(&mut cmd, &format!("make {}", args.join(" ")), output, log, again)
 }
 
 /// Run a step, keeping its output for the log; a failure points at the log.
-fn run(cmd: &mut Command, what: &str, output: &mut String, log: &Path) -> Result<(), Failure> {
+fn run(cmd: &mut Command, what: &str, output: &mut String, log: &Path, again: &str) -> Result<(), Failure> {
     let result = cmd.stdin(Stdio::null()).output();
     let out = result.map_err(|e| Failure {
         message: format!("cannot run `{what}`: {e}"),
@@ -184,9 +219,17 @@ fn run(cmd: &mut Command, what: &str, output: &mut String, log: &Path) -> Result
         return Ok(());
     }
     write_log(log, output);
+    // make's own error lines (or the output's end) say what broke, before the log is opened.
+    let lines: Vec<&str> = output.lines().collect();
+    let errors: Vec<&str> = lines.iter().copied().filter(|l| l.contains("rror")).collect();
+    let shown = if errors.is_empty() {
+        &lines[lines.len().saturating_sub(10)..]
+    } else {
+        &errors[errors.len().saturating_sub(10)..]
+    };
     Err(Failure {
-        message: format!("`{what}` failed ({})", out.status),
-        hint: format!("read the build's output in `{}`, fix the cause, and run derive again", log.display()),
+        message: format!("`{what}` failed ({}):\n{}", out.status, shown.join("\n")),
+        hint: format!("read the build's output in `{}`, fix the cause, and run {again} again", log.display()),
     })
 }
 

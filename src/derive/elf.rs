@@ -58,3 +58,13 @@ pub fn count(bytes: &[u8], is_hook: &dyn Fn(&str) -> bool) -> Result<Sites, Stri
     }
     Ok(sites)
 }
+
+/// Names of the functions an object defines (gcc's `foo.cold` parts left out).
+pub fn functions(bytes: &[u8]) -> Result<Vec<String>, String> {
+    let file = object::File::parse(bytes).map_err(|e| e.to_string())?;
+    Ok(file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.section_index().is_some() && s.size() > 0)
+        .filter_map(|s| s.name().ok().filter(|n| !n.is_empty() && !n.ends_with(".cold")).map(str::to_string))
+        .collect())
+}

@@ -101,16 +101,7 @@ fn runtime(t: &Table) -> Result<Runtime, String> {
             })
             .collect::<Result<_, String>>()?,
     };
-    let config = match t.get("config") {
-        None => Config::default(),
-        Some(item) => {
-            let c = item.as_table_like().ok_or("`config` must be a table")?;
-            let list = |key: &str| -> Result<Vec<String>, String> {
-                c.get(key).map_or(Ok(Vec::new()), |v| string_list(v, key))
-            };
-            Config { enable: list("enable")?, disable: list("disable")?, require: list("require")? }
-        }
-    };
+    let config = config(t)?;
     let runtime = Runtime {
         mech,
         files: strings(t, "files")?,
@@ -127,6 +118,50 @@ fn runtime(t: &Table) -> Result<Runtime, String> {
         return Err(format!("`{name}` needs `files`, `entries` and `hooks` (or `unsupported` saying why not)"));
     }
     Ok(runtime)
+}
+
+/// A table's `config` (`enable`, `disable`, `require`), empty when absent.
+fn config(t: &Table) -> Result<Config, String> {
+    let Some(item) = t.get("config") else { return Ok(Config::default()) };
+    let c = item.as_table_like().ok_or("`config` must be a table")?;
+    let list =
+        |key: &str| -> Result<Vec<String>, String> { c.get(key).map_or(Ok(Vec::new()), |v| string_list(v, key)) };
+    Ok(Config { enable: list("enable")?, disable: list("disable")?, require: list("require")? })
+}
+
+impl Config {
+    /// This configuration with `more`'s symbols after its own.
+    pub fn with(&self, more: &Config) -> Config {
+        let join = |a: &[String], b: &[String]| -> Vec<String> {
+            let mut all = a.to_vec();
+            all.extend(b.iter().filter(|s| !a.contains(s)).cloned());
+            all
+        };
+        Config {
+            enable: join(&self.enable, &more.enable),
+            disable: join(&self.disable, &more.disable),
+            require: join(&self.require, &more.require),
+        }
+    }
+}
+
+/// What a boot adds to a runtime's configuration (`[boot]`), and what `--preempt-rt` adds on top
+/// (`[boot.preempt-rt]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boot {
+    pub config: Config,
+    pub preempt_rt: Config,
+}
+
+/// The bundled `[boot]` table.
+pub fn boot() -> Result<Boot, String> {
+    let doc: DocumentMut = RUNTIMES_TOML.parse().map_err(|e| format!("runtimes.toml: {e}"))?;
+    let t = doc.get("boot").and_then(Item::as_table).ok_or("runtimes.toml: no [boot] table")?;
+    let rt = t.get("preempt-rt").and_then(Item::as_table).ok_or("runtimes.toml: no [boot.preempt-rt] table")?;
+    Ok(Boot {
+        config: config(t).map_err(|e| format!("runtimes.toml [boot]: {e}"))?,
+        preempt_rt: config(rt).map_err(|e| format!("runtimes.toml [boot.preempt-rt]: {e}"))?,
+    })
 }
 
 fn string(t: &Table, key: &str) -> Result<Option<String>, String> {
@@ -164,6 +199,18 @@ mod tests {
         assert!(kasan.stops.iter().all(|s| !s.why.is_empty()));
         let kmsan = all.iter().find(|r| r.mech.get().name == "kmsan").unwrap();
         assert!(kmsan.unsupported.as_deref().unwrap().contains("clang"));
+    }
+
+    #[test]
+    fn boot_adds_a_console_and_an_initramfs() {
+        let boot = boot().unwrap();
+        let kasan = bundled().unwrap().into_iter().find(|r| r.mech.get().name == "kasan").unwrap();
+        let both = kasan.config.with(&boot.config);
+        for s in ["KASAN", "PROVE_LOCKING", "SERIAL_8250_CONSOLE", "BLK_DEV_INITRD", "ACPI"] {
+            assert!(both.require.iter().any(|r| r == s), "{s} missing from {both:?}");
+        }
+        assert_eq!(both.enable.iter().filter(|s| *s == "SMP").count(), 1, "{both:?}");
+        assert!(boot.preempt_rt.require.contains(&"PREEMPT_RT".to_string()));
     }
 
     #[test]

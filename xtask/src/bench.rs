@@ -13,18 +13,27 @@ pub struct Options {
     pub runs: usize,
     /// Skip the pre-commit hook measurement (its first run builds a git repository of 6.1).
     pub no_hook: bool,
+    /// Also price lockdep's KASAN exemption at run time (`sanpolicy cost`, QEMU): the seed's
+    /// direction must hold. Opt-in: a kernel build and 2 × `runs` boots.
+    pub cost: bool,
+    /// With `--cost`: the PREEMPT_RT configuration too.
+    pub preempt_rt: bool,
 }
 
-pub const USAGE: &str = "usage: cargo xtask bench [--tree DIR] [--runs N] [--no-hook]
+pub const USAGE: &str = "usage: cargo xtask bench [--tree DIR] [--runs N] [--no-hook] [--cost [--preempt-rt]]
 
 Times import, gen-makefiles --check and the pre-commit hook against ripgrep in the same run
-and prints medians and ratios.
+and prints medians and ratios. With --cost, also boots the KASAN + lockdep kernel with and
+without lockdep's KASAN exemption under QEMU (`sanpolicy cost`, 8 interleaved boots each) and
+requires the exempt build's guest sys time to be lower with a 95% interval below 1; with
+--preempt-rt, for the real-time configuration too.
 
-Example:
-  cargo xtask bench --runs 21";
+Examples:
+  cargo xtask bench --runs 21
+  cargo xtask bench --runs 5 --no-hook --cost --preempt-rt";
 
 pub fn parse(args: &[String]) -> Result<Options, String> {
-    let mut options = Options { tree: None, runs: 11, no_hook: false };
+    let mut options = Options { tree: None, runs: 11, no_hook: false, cost: false, preempt_rt: false };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -34,6 +43,8 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
                     it.next().and_then(|r| r.parse().ok()).filter(|r| *r > 0).ok_or("--runs needs a positive number")?
             }
             "--no-hook" => options.no_hook = true,
+            "--cost" => options.cost = true,
+            "--preempt-rt" => options.preempt_rt = true,
             other => return Err(format!("unexpected argument `{other}`\n\n{USAGE}")),
         }
     }
@@ -168,6 +179,12 @@ pub fn bench(repo: &Path, options: Options) -> Result<(), String> {
     if !options.no_hook {
         criteria.push(hook(&bin, &tree, &work, options.runs)?);
     }
+    if options.cost {
+        criteria.push(cost(&bin, &tree, &[])?);
+        if options.preempt_rt {
+            criteria.push(cost(&bin, &tree, &["--preempt-rt"])?);
+        }
+    }
     println!();
     for c in &criteria {
         println!("{:<40} {:>5.2}  (limit {:.2})  {}", c.what, c.ratio, c.limit, if c.holds() { "ok" } else { "FAILS" });
@@ -286,4 +303,35 @@ fn hook(bin: &Path, tree: &Path, work: &Path, runs: usize) -> Result<Criterion, 
     }
     time_staged(bin, &repo, runs, "policy edit + regenerated:", &[("sanitizer-policy.toml", edited)], true)?;
     Ok(Criterion { what: "pre-commit hook / git diff --cached", ratio: typical, limit: 1.5 })
+}
+
+/// `sanpolicy cost kernel/locking/lockdep.o --mechanism kasan --runs 8`: the criterion is the
+/// upper end of the 95% interval of the guest sys time's ratio (exempt / instrumented), which
+/// must be below 1 (the seed's direction, and a real difference).
+fn cost(bin: &Path, tree: &Path, extra: &[&str]) -> Result<Criterion, String> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["cost", "kernel/locking/lockdep.o", "--mechanism", "kasan", "--runs", "8", "--format", "json", "--tree"])
+        .arg(tree)
+        .args(extra)
+        .stderr(Stdio::inherit());
+    let start = Instant::now();
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("{cmd:?} printed no JSON ({e}), exit {:?}", out.status.code()))?;
+    let f = |k: &str, x: &str| v[k][x].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "cost lockdep.o kasan{}: sys {:.3} ({:.3}-{:.3}), wall {:.3} ({:.3}-{:.3}), {} in {:.0} s",
+        extra.join(" "),
+        f("sys", "ratio"),
+        f("sys", "low"),
+        f("sys", "high"),
+        f("wall", "ratio"),
+        f("wall", "low"),
+        f("wall", "high"),
+        v["verdict"].as_str().unwrap_or("?"),
+        start.elapsed().as_secs_f64()
+    );
+    let what =
+        if extra.is_empty() { "lockdep KASAN exemption: sys interval top" } else { "... PREEMPT_RT: sys interval top" };
+    Ok(Criterion { what, ratio: f("sys", "high"), limit: 0.999 })
 }
