@@ -22,25 +22,21 @@ use std::process::Command;
 
 use fixture_tree::copy_dir;
 
-/// SplitMix64: a fixed sequence per seed, no dependency.
-struct Rng(u64);
+/// The library's SplitMix64 (the bootstrap's generator): a fixed sequence per seed.
+type Rng = sanpolicy::runtime::stats::SplitMix;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
+/// What the cases draw besides `below`.
+trait Draw {
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T;
+    fn chance(&mut self, percent: u64) -> bool;
+}
+
+impl Draw for Rng {
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
     }
     fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.next_u64() % 100 < percent
     }
 }
 
@@ -381,7 +377,7 @@ fn every_command_agrees_with_the_others_over_generated_cases() {
     let seed: u64 = std::env::var("SANPOLICY_DIFF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5a17_90c1);
     let cases: usize = std::env::var("SANPOLICY_DIFF_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
     let only: Option<usize> = std::env::var("SANPOLICY_DIFF_ONLY").ok().and_then(|s| s.parse().ok());
-    let mut rng = Rng(seed);
+    let mut rng = sanpolicy::runtime::stats::SplitMix(seed);
     let all: Vec<(usize, Case)> = (0..cases).map(|n| (n, generate(&mut rng))).collect();
     let todo: Vec<&(usize, Case)> = all.iter().filter(|(n, _)| only.is_none_or(|o| o == *n)).collect();
     let failures = std::sync::Mutex::new(Vec::new());

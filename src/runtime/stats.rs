@@ -67,11 +67,12 @@ fn nonzero(x: f64) -> Option<f64> {
     (x != 0.0).then_some(x)
 }
 
-/// SplitMix64: small, fast, and the same sequence everywhere.
-struct SplitMix(u64);
+/// SplitMix64: small, fast, and the same sequence everywhere (the bootstrap's resamples, and the
+/// seeded cases of `tests/differential.rs`).
+pub struct SplitMix(pub u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -79,8 +80,8 @@ impl SplitMix {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
     }
 }
 
