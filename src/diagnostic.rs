@@ -498,6 +498,12 @@ impl Diagnostic {
 pub struct Diagnostics(pub Vec<Diagnostic>);
 
 impl Diagnostics {
+    /// The fixes of the failing findings, in the order to run them: what every command's
+    /// closing line names.
+    pub fn fixes(&self) -> std::collections::BTreeSet<Fix> {
+        self.0.iter().filter(|d| d.is_error()).filter_map(|d| d.fix).collect()
+    }
+
     pub fn push(&mut self, d: Diagnostic) {
         self.0.push(d);
     }

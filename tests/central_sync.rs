@@ -9,9 +9,8 @@
 mod fixture_tree;
 
 use std::fs;
-use std::path::Path;
 
-use fixture_tree::{all_green, git, ok, run_in};
+use fixture_tree::{all_green, edit, git, ok, read, run_in};
 
 const CENTRAL: &str = "scripts/Makefile.sanpolicy";
 
@@ -21,17 +20,6 @@ fn tree(makefile: &str) -> tempfile::TempDir {
 }
 
 const MAKEFILE: &str = "obj-y := a.o b.o\n\n# A reason.\nKASAN_SANITIZE_a.o := n\n";
-
-fn read(t: &Path, rel: &str) -> String {
-    fs::read_to_string(t.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
-}
-
-/// Replace `from` by `to` in the file (once; it must be there).
-fn edit(t: &Path, rel: &str, from: &str, to: &str) {
-    let text = read(t, rel);
-    assert!(text.contains(from), "{rel} has no {from:?}:\n{text}");
-    fs::write(t.join(rel), text.replacen(from, to, 1)).unwrap();
-}
 
 fn adopt_central(makefile: &str) -> tempfile::TempDir {
     let t = tree(makefile);

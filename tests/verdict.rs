@@ -9,21 +9,11 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use fixture_tree::{all_green, git, ok, rules_tree, run_in, Fingerprint};
+use fixture_tree::{all_green, edit, git, ok, read, rules_tree, run_in, Fingerprint};
 
 const POLICY: &str = "sanitizer-policy.toml";
 const SNAPSHOT: &str = "sanitizer-policy.effective.txt";
 const MAKEFILE: &str = "obj-y := a.o b.o\n\n# A reason.\nKASAN_SANITIZE_a.o := n\n";
-
-fn read(t: &Path, rel: &str) -> String {
-    fs::read_to_string(t.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
-}
-
-fn edit(t: &Path, rel: &str, from: &str, to: &str) {
-    let text = read(t, rel);
-    assert!(text.contains(from), "{rel} has no {from:?}:\n{text}");
-    fs::write(t.join(rel), text.replacen(from, to, 1)).unwrap();
-}
 
 /// A tree adopted in place: the policy mirrors `lib/Makefile`, its snapshot is bound to the tree.
 fn adopted(layout: &str) -> tempfile::TempDir {

@@ -90,7 +90,7 @@ pub fn judge(
         }
     };
     let diags = diags.sorted();
-    let mut fixes: BTreeSet<Fix> = diags.iter().filter(|d| d.is_error()).filter_map(|d| d.fix).collect();
+    let mut fixes = diags.fixes();
     if kind == Kind::Drift && !stale.is_empty() && fixes.is_empty() {
         // Out-of-date files with no finding of their own (a snapshot, a fragment): regenerate.
         fixes.insert(Fix::GenMakefiles);

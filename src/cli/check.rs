@@ -85,7 +85,7 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         diags.iter().filter(|d| if args.quiet { d.is_error() } else { listed || d.code != Code::NotApplicable });
     ui.report(&crate::diagnostic::Diagnostics(shown.cloned().collect()));
     eprintln!("{}", summary(&inputs.policy, &inputs.policy_path, &diags));
-    let fixes: std::collections::BTreeSet<_> = diags.iter().filter(|d| d.is_error()).filter_map(|d| d.fix).collect();
+    let fixes = diags.fixes();
     if !fixes.is_empty() {
         eprintln!("fix: {}", crate::diagnostic::Fix::sequence(&fixes, &defaults.program));
     }

@@ -46,8 +46,7 @@ pub fn pre_commit_run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8
     }
     // The closing line names the same fixes as the findings' `help:` lines, in the order to run
     // them, then what the hook judges: the index.
-    let mut fixes: std::collections::BTreeSet<Fix> =
-        outcome.diags.iter().filter(|d| d.is_error()).filter_map(|d| d.fix).collect();
+    let mut fixes = outcome.diags.fixes();
     if fixes.is_empty() && !outcome.stale.is_empty() {
         fixes.insert(Fix::GenMakefiles);
     }

@@ -250,6 +250,18 @@ pub fn rules_tree(prefix: &str, makefile: &str) -> tempfile::TempDir {
     dir
 }
 
+/// The file `rel` of the tree at `t`; fails the test when it cannot be read.
+pub fn read(t: &Path, rel: &str) -> String {
+    fs::read_to_string(t.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// Replace `from` by `to` in the file `rel` of the tree at `t` (once; it must be there).
+pub fn edit(t: &Path, rel: &str, from: &str, to: &str) {
+    let text = read(t, rel);
+    assert!(text.contains(from), "{rel} has no {from:?}:\n{text}");
+    fs::write(t.join(rel), text.replacen(from, to, 1)).unwrap();
+}
+
 /// `git` in `dir` with a fixed identity and branch name; fails the test when git does.
 pub fn git(dir: &Path, args: &[&str]) {
     let out = std::process::Command::new("git")
