@@ -53,6 +53,7 @@ pub fn run_for(
         diags.extend(unknown_symbols(policy, tree));
         sources(policy, rules, tree, plan, &mut diags);
         unmodelled_lines(plan, rules, &mut diags);
+        overridden_units(policy, plan, &mut diags);
         rules_file_lines(rules, &mut diags);
         diags.extend(drift::findings(policy, plan, rules, base, program));
     }
@@ -260,6 +261,54 @@ fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
                     .at(lines.line(file, text, a.line))
                     .hint(format!("a policy cannot name `{dir}/`, so sync leaves the line alone: rename the directory, or acknowledge the line with `[[acknowledge]]` code `unrepresentable`"))
                     .about(&format!("{dir}/{}", d.object.as_deref().unwrap_or("")), Some(d.mech)),
+            );
+        }
+    }
+}
+
+/// A policy line that a later construct of its file names again (`$(eval KASAN_SANITIZE_a.o
+/// := y)` after the generated block): make reads what the construct sets, so the unit's value
+/// may not be what Kbuild uses. Only constructs whose assigned names are read are judged here
+/// (an `include` or a fully computed `$(eval)` may set anything: `explain` says "not
+/// certain" for those, and requirements report them as `opaque-construct` already). A unit
+/// that a requirement covers is left to the requirement's finding, so one cause is one finding.
+fn overridden_units(policy: &Policy, plan: &Plan, diags: &mut Diagnostics) {
+    if policy.layout == crate::policy::Layout::Central {
+        // The central file's section is read after the directory's own file: it wins.
+        return;
+    }
+    for (dir, units) in policy.units_by_dir() {
+        let (Some(file), Some(before)) = (plan.files.get(dir), plan.before.get(dir)) else { continue };
+        let parsed = makefile::parse(before);
+        let lines = crate::diagnostic::LineIndex::new(before);
+        for (i, d) in parsed.directives() {
+            let a = &parsed.assignments[i];
+            let Some(unit) = units.iter().find(|u| u.path.object == d.object && u.settings.contains_key(&d.mech))
+            else {
+                continue;
+            };
+            let required = policy
+                .requirements
+                .iter()
+                .any(|r| r.path.text == unit.path.text && r.exempt.iter().any(|(m, _)| *m == d.mech));
+            let later =
+                |o: &&crate::makefile::Opaque| o.line > a.end_line && o.names.is_some() && o.may_assign(&a.name);
+            let Some(o) = parsed.opaque.iter().find(later).filter(|_| !required) else { continue };
+            diags.push(
+                Diagnostic::error(
+                    Code::OpaqueConstruct,
+                    format!(
+                        "the policy's `{}` for `{}` may not hold: {} sets `{}` again after the policy's line",
+                        d.mech, unit.path.text, o.construct, a.name
+                    ),
+                )
+                .at(lines.line(&file.path, before, o.line))
+                .label(format!("make reads this after line {}", a.line))
+                .hint(format!(
+                    "delete the construct, or say the value it means in the policy; to keep it on purpose, add an `[[acknowledge]]` with `code = \"opaque-construct\"`, `path = \"{}\"`, `mechanism = \"{}\"` and a `why`",
+                    unit.path.text, d.mech
+                ))
+                .about(&unit.path.text, Some(d.mech)),
             );
         }
     }

@@ -10,7 +10,7 @@
 //!   hand here: the case where the unit's reason now says the opposite).
 //!
 //! The rename edits the unit's `path` in place (one line of the diff, the unit stays where it
-//! was); the new unit goes after the last unit of its directory; the flip is listed with the
+//! was); the new unit goes where its line stands among its directory's units; the flip is listed with the
 //! unit's `file:line` in the written policy and its old reason. No kbuild file changes.
 
 mod fixture_tree;
@@ -92,13 +92,18 @@ fn sync_after_an_upstream_merge_renames_in_place_groups_new_units_and_lists_flip
     assert!(removed.iter().all(|l| allowed_removed.contains(&l.as_str())), "removed {removed:?}");
     assert!(sync.stderr.contains("renamed: mm/debug-pagealloc.o -> mm/debug_page_alloc.o"), "{}", sync.both());
 
-    // The new unit: after the last unit of kernel/locking, before the next directory's.
+    // The new unit: among kernel/locking's units, beside lockdep.o's others (where its line
+    // stands in the Makefile), the directory's units still together.
     assert_eq!(new_paths.len(), old_paths.len() + 1, "one new unit: {new_paths:?}");
     let first_locking = new_paths.iter().position(|p| p.starts_with("kernel/locking/")).unwrap();
     let run: Vec<&String> =
         new_paths[first_locking..].iter().take_while(|p| p.starts_with("kernel/locking/")).collect();
     assert_eq!(run.len(), locking_units_before + 1, "kernel/locking's units are not together: {new_paths:?}");
-    assert_eq!(run.last().map(|p| p.as_str()), Some("kernel/locking/lockdep.o"), "{run:?}");
+    let lockdep = |paths: &[&String]| paths.iter().filter(|p| p.as_str() == "kernel/locking/lockdep.o").count();
+    let old_run: Vec<&String> = old_paths.iter().filter(|p| p.starts_with("kernel/locking/")).collect();
+    assert_eq!(lockdep(&run), lockdep(&old_run) + 1, "{run:?}");
+    let first = run.iter().position(|p| p.as_str() == "kernel/locking/lockdep.o").unwrap();
+    assert_eq!(lockdep(&run[first..first + lockdep(&run)]), lockdep(&run), "lockdep.o's units together: {run:?}");
     assert!(
         after.contains("Avoid recursion lockdep -> sanitizer -> ... -> lockdep & improve performance."),
         "the new unit's reason is its own line's comment"
@@ -119,4 +124,27 @@ fn sync_after_an_upstream_merge_renames_in_place_groups_new_units_and_lists_flip
         let run = run_in(&tree, args);
         assert_eq!(run.code, 0, "{args:?}: {}", run.both());
     }
+}
+
+/// A new line between two of its directory's lines: its unit goes between theirs, in the tree's
+/// order, not after the directory's last unit; a line before them all goes first.
+#[test]
+fn a_new_unit_goes_where_its_line_stands_among_its_directorys_units() {
+    let makefile =
+        "obj-y := a.o b.o c.o d.o\n\n# Reason a.\nKASAN_SANITIZE_a.o := n\n\n# Reason d.\nKASAN_SANITIZE_d.o := n\n";
+    let t = fixture_tree::rules_tree("sanpolicy-sync-order-", makefile);
+    let p = t.path();
+    for f in ["c.c", "d.c"] {
+        fs::write(p.join("lib").join(f), "").unwrap();
+    }
+    let adopt = run_in(p, &["import", "--adopt"]);
+    assert_eq!(adopt.code, 0, "{}", adopt.both());
+    let merged = makefile
+        .replace("\n# Reason d.", "\n# Reason c.\nKCOV_INSTRUMENT_c.o := n\n\n# Reason d.")
+        .replace("\n# Reason a.", "\n# Reason b.\nUBSAN_SANITIZE_b.o := n\n\n# Reason a.");
+    fs::write(p.join("lib/Makefile"), merged).unwrap();
+    let sync = run_in(p, &["sync"]);
+    assert_eq!(sync.code, 0, "{}", sync.both());
+    let policy = fs::read_to_string(p.join("sanitizer-policy.toml")).unwrap();
+    assert_eq!(unit_paths(&policy), ["lib/b.o", "lib/a.o", "lib/c.o", "lib/d.o"], "{policy}");
 }

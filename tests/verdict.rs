@@ -405,3 +405,57 @@ fn explain_cites_the_policy_unit_that_decides_a_conditional_state() {
     );
     assert!(!gcov.contains("kernel default"), "the unit decides where it applies, not the default: {text}");
 }
+
+#[test]
+fn block_a_merged_line_after_the_block_is_what_make_reads_and_sync_takes_it() {
+    let t = adopted("block");
+    let p = t.path();
+    // Upstream sets the block's variable again, after the block: make reads `y` (forced).
+    let makefile = read(p, "lib/Makefile");
+    fs::write(p.join("lib/Makefile"), format!("{makefile}\n# Merged upstream.\nKASAN_SANITIZE_a.o := y\n")).unwrap();
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert!(check.stderr.contains("make reads this line"), "{}", check.stderr);
+    assert_eq!(fix_commands(&check.stderr)[0], "sanpolicy sync", "{}", check.stderr);
+    follow_until_green(p, "merged override");
+    let policy = read(p, POLICY);
+    assert!(policy.contains("force = [\"kasan\"]") && !policy.contains("skip = [\"kasan\"]"), "{policy}");
+    let makefile = read(p, "lib/Makefile");
+    assert_eq!(makefile.matches("KASAN_SANITIZE_a.o").count(), 1, "moved into the block: {makefile}");
+    assert!(makefile.contains("KASAN_SANITIZE_a.o := y\n# END sanpolicy"), "{makefile}");
+}
+
+#[test]
+fn block_a_merged_line_the_block_overrides_is_named_dead_and_offers_no_command() {
+    let t = adopted("block");
+    let p = t.path();
+    // The same line above the block: make reads the block's value, so nothing moved; the help
+    // says so instead of sending sync after a value make never reads.
+    let makefile = read(p, "lib/Makefile");
+    fs::write(p.join("lib/Makefile"), format!("# Merged upstream.\nKASAN_SANITIZE_a.o := y\n\n{makefile}")).unwrap();
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert!(check.stderr.contains("make never reads this line"), "{}", check.stderr);
+    assert!(!check.stderr.lines().any(|l| l.starts_with("fix: ")), "no command resolves it: {}", check.stderr);
+    let before = Fingerprint::of(p);
+    let sync = run_in(p, &["sync"]);
+    assert_eq!(sync.code, 0, "nothing to take: {}", sync.both());
+    fixture_tree::assert_unchanged(&before, &Fingerprint::of(p), "sync took a value make never reads");
+}
+
+#[test]
+fn block_a_conditional_merged_line_for_a_block_variable_is_refused_by_sync_byte_identical() {
+    let t = adopted("block");
+    let p = t.path();
+    let makefile = read(p, "lib/Makefile");
+    fs::write(p.join("lib/Makefile"), format!("{makefile}\nifdef CONFIG_X86\nKASAN_SANITIZE_a.o := y\nendif\n"))
+        .unwrap();
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert!(check.stderr.contains("this line is conditional"), "{}", check.stderr);
+    let before = Fingerprint::of(p);
+    let sync = run_in(p, &["sync"]);
+    assert_eq!(sync.code, 2, "what the two lines mean together is not a unit: {}", sync.both());
+    assert!(sync.stderr.contains("error[conflicting-directive]"), "{}", sync.stderr);
+    fixture_tree::assert_unchanged(&before, &Fingerprint::of(p), "sync refused");
+}

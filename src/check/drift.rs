@@ -54,7 +54,7 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
     }
     match policy.layout {
         Layout::InPlace => {}
-        Layout::Block => outside_lines(plan, rules, base, program, &mut diags),
+        Layout::Block => outside_lines(plan, rules, (base, &now), program, &mut diags),
         Layout::Central => {
             for v in central_verdicts(plan, base, &now, program) {
                 match v {
@@ -173,7 +173,13 @@ fn removed_object(text: &str) -> Option<(MechId, Option<String>)> {
 
 /// Block and central layouts: modelled directive lines outside the generated text are drift;
 /// the policy owns every such line.
-fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: &mut Vec<(Diagnostic, bool)>) {
+fn outside_lines(
+    plan: &Plan,
+    rules: &Rules,
+    (base, now): (&Base, &Base),
+    program: &str,
+    diags: &mut Vec<(Diagnostic, bool)>,
+) {
     for (dir, file) in &plan.files {
         let Some(before) = plan.before.get(dir) else { continue };
         let parsed = crate::makefile::parse(before);
@@ -204,15 +210,7 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
                     false,
                 ));
             } else if inside.contains(a.name.as_str()) {
-                diags.push((
-                    Diagnostic::error(
-                        Code::ConflictingDirective,
-                        format!("`{}` is set both here and in the generated block", a.name),
-                    )
-                    .at(loc)
-                    .hint("the policy owns this variable: delete this hand-written line"),
-                    false,
-                ));
+                diags.push((conflict(&parsed, a, loc, (&path, d.mech), (base, now), program), false));
             } else {
                 let known = base.has(&path, d.mech) && base.known;
                 let hint = if known {
@@ -234,6 +232,45 @@ fn outside_lines(plan: &Plan, rules: &Rules, base: &Base, program: &str, diags: 
                 ));
             }
         }
+    }
+}
+
+/// A hand-written line that sets a variable the generated block sets to another value. When
+/// make reads it (every line of the variable plain and unconditional, this one the last) and
+/// the policy kept its state since the last generation, the tree moved (a merge set the value
+/// after the block): `sync` takes it and `gen-makefiles` then moves it into the block. A line
+/// the block overrides, or one the policy also moved for, is for a person to decide.
+fn conflict(
+    parsed: &crate::makefile::KbuildFile,
+    a: &crate::makefile::Assignment,
+    loc: Location,
+    (path, mech): (&str, MechId),
+    (base, now): (&Base, &Base),
+    program: &str,
+) -> Diagnostic {
+    let plain = parsed.plainly_set(&a.name);
+    let last = parsed.last_setter(&a.name).is_some_and(|l| l.line == a.line);
+    let policy_kept = base.known && base.state(path, mech) == now.state(path, mech);
+    let d = Diagnostic::error(
+        Code::ConflictingDirective,
+        format!("`{}` is set both here and in the generated block", a.name),
+    )
+    .at(loc);
+    match (plain, last, policy_kept) {
+        (true, true, true) => d
+            .hint(format!(
+                "make reads this line, not the block's (a merge or a hand edit set it since the last generation): run `{program} sync` to take its value into the policy, then `{program} gen-makefiles` moves it into the block"
+            ))
+            .fixed_by(Fix::Sync),
+        (true, false, _) => d.hint(
+            "make never reads this line: the generated block sets the variable again after it; delete it, or move the change into the policy",
+        ),
+        (false, _, _) => d.hint(
+            "the policy owns this variable, and this line is conditional or not a plain assignment: write what it means into the policy, then delete it",
+        ),
+        (true, true, false) => d.hint(
+            "the policy changed this variable since the last generation too: decide which value is right, write it into the policy and delete this line",
+        ),
     }
 }
 

@@ -398,11 +398,15 @@ fn representable(
     if let Some(why) = crate::makefile::unmodelled(a, d) {
         return Err(why);
     }
-    // A generated line whose variable the file sets again outside the block: the two fight over
-    // the value, and the block layout owns the variable.
+    // A generated line whose variable the file sets again outside the block (a merge added a
+    // line): when every such line is plain and unconditional, make reads the last one and so
+    // does the import (`take`: the last line decides), so `sync` takes a merged line's value
+    // and `gen-makefiles` moves it into the block. Otherwise the two fight in ways the policy
+    // cannot say, and the block layout owns the variable: refused.
     // (Another kind of line for that variable, such as xtensa's `CFLAGS_REMOVE_x.o +=
     // -fstack-protector` beside the ftrace removal, is not a directive and does not fight.)
     if a.in_block
+        && !parsed.plainly_set(&a.name)
         && parsed.assignments.iter().any(|b| !b.in_block && b.name == a.name && makefile::classify(b).is_some())
     {
         return Err(format!("`{}` is also set outside the generated block", a.name));

@@ -248,6 +248,43 @@ pub fn sync(
     Ok(synced)
 }
 
+/// For each policy unit, the first imported unit (tree order: file, then line) that holds one
+/// of its lines; `None` for a unit the tree has no line of.
+fn tree_order(policy: &Policy, units: &[ImportedUnit]) -> Vec<Option<usize>> {
+    policy
+        .units
+        .iter()
+        .map(|u| {
+            let when = canonical_when(&u.when);
+            units.iter().position(|t| {
+                t.dir == u.path.kbuild_dir
+                    && t.object == u.path.object
+                    && canonical_when(&t.when) == when
+                    && t.settings.keys().any(|id| u.settings.contains_key(id))
+            })
+        })
+        .collect()
+}
+
+/// Where a new unit for the tree's unit `t` of `dir` goes among the directory's policy units
+/// (`Some(after)`; `after` is `None` before every unit): after the last one whose line the
+/// tree has before `t`'s (or in `t`'s own paragraph), else before the first one whose line comes after it, else after the
+/// directory's last unit. `None` when the policy has no unit of `dir`.
+fn place_in_dir(policy: &Policy, order: &[Option<usize>], dir: &str, t: usize) -> Option<Option<usize>> {
+    let of_dir: Vec<usize> = (0..policy.units.len()).filter(|&u| policy.units[u].path.kbuild_dir == dir).collect();
+    let last = *of_dir.last()?;
+    // `p == t`: a unit of the same object whose line the new one's paragraph shares.
+    let before = of_dir.iter().filter(|&&u| order[u].is_some_and(|p| p <= t)).max_by_key(|&&u| (order[u], u));
+    if let Some(&u) = before {
+        return Some(Some(u));
+    }
+    let first_after = of_dir.iter().find(|&&u| order[u].is_some_and(|p| p > t));
+    Some(match first_after {
+        Some(&u) => u.checked_sub(1),
+        None => Some(last),
+    })
+}
+
 /// Renames: a policy unit all of whose lines the tree lost, and a new line of the same
 /// directory, conditions and reason that says the same for the same mechanisms under another
 /// object name (upstream renamed the file). Each is `(unit, imported unit)`.
@@ -372,6 +409,7 @@ fn edit(
     // placed after the last unit of the same directory (so the policy stays grouped as the tree
     // is). A line with another comment (or none) does not join: its unit's reason would be
     // shown for a mechanism it does not explain.
+    let order = tree_order(policy, units);
     let mut appended: Vec<(Option<usize>, usize, Table)> = Vec::new();
     let mut fresh: BTreeMap<usize, usize> = BTreeMap::new();
     for (key, said, t) in &add {
@@ -388,13 +426,11 @@ fn edit(
         if fresh.contains_key(t) {
             continue;
         }
-        // After the directory's last unit; a directory the policy has no unit of goes where
-        // its path sorts among the policy's directories (the policy is in tree order).
-        let after = policy
-            .units
-            .iter()
-            .rposition(|u| u.path.kbuild_dir == key.0)
-            .or_else(|| policy.units.iter().rposition(|u| dir_order(&u.path.kbuild_dir, &key.0).is_lt()));
+        // Among the directory's units where its line stands in the tree (the policy is in tree
+        // order); a directory the policy has no unit of goes where its path sorts among the
+        // policy's directories.
+        let after = place_in_dir(policy, &order, &key.0, *t)
+            .unwrap_or_else(|| policy.units.iter().rposition(|u| dir_order(&u.path.kbuild_dir, &key.0).is_lt()));
         fresh.insert(*t, appended.len());
         // Only the mechanisms the tree gained: a line of the same imported unit the policy
         // already has stays in its own unit (written whole, it would be listed twice).

@@ -186,6 +186,21 @@ impl KbuildFile {
         self.assignments.iter().filter(|a| a.in_block).map(|a| a.name.as_str()).collect()
     }
 
+    /// Whether every line that sets `name` is a plain, unconditional `:=` or `=` of one physical
+    /// line: then make reads the last of them, wherever the generated block stands, and the
+    /// block layout can take a hand-written one into the block (see `import::scan` and
+    /// `check::drift`). Anything else (a conditional, `+=`, `override`) is left to a person.
+    pub fn plainly_set(&self, name: &str) -> bool {
+        self.assignments.iter().filter(|a| a.name == name).all(|a| {
+            a.frames.is_empty() && !a.continued && a.modifiers.is_empty() && matches!(a.op, Op::Simple | Op::Recursive)
+        })
+    }
+
+    /// The last line that sets `name`: the one make reads when [`Self::plainly_set`] holds.
+    pub fn last_setter(&self, name: &str) -> Option<&Assignment> {
+        self.assignments.iter().filter(|a| a.name == name).max_by_key(|a| a.line)
+    }
+
     /// The instrumentation directives among the assignments.
     pub fn directives(&self) -> impl Iterator<Item = (usize, &Directive)> + '_ {
         self.directives.iter().map(|(i, d)| (*i, d))
