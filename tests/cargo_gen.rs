@@ -503,7 +503,10 @@ fn removing_the_last_profile_removes_the_generated_tables() {
     ws.write("sanitizer-policy.toml", crates);
     let stdout = ok(&ws, &[]);
     assert!(stdout.contains("Cargo.toml written"), "{stdout}");
-    assert_eq!(ws.read("Cargo.toml"), format!("cargo-features = [\"profile-rustflags\"]\n{original}"));
+    // Below the file's leading comment, with a blank line before the first table.
+    let header = "# A workspace with one deliberate heap out-of-bounds read and one data race per crate.\n";
+    let kept = original.replacen(header, &format!("{header}cargo-features = [\"profile-rustflags\"]\n\n"), 1);
+    assert_eq!(ws.read("Cargo.toml"), kept);
     assert_eq!(ws.gen(&["--check"]).code, 0);
 }
 
@@ -536,11 +539,16 @@ fn crlf_line_endings_and_a_byte_order_mark_are_kept() {
     let after = ws.fingerprint();
     assert_eq!(before.differences(&after), ["Cargo.toml"]);
     let new = String::from_utf8(after.files["Cargo.toml"].1.clone()).unwrap();
-    assert!(new.starts_with("\u{feff}cargo-features = [\"profile-rustflags\"]\r\n"), "{new:?}");
+    // The byte order mark stays on the user's first line; the feature goes below that comment.
+    assert!(
+        new.starts_with("\u{feff}# A workspace with one deliberate heap out-of-bounds read and one data race per crate.\ncargo-features = [\"profile-rustflags\"]\r\n\r\n[workspace]"),
+        "{new:?}"
+    );
     // Every original line is there with its own ending (the last one gains a CRLF), and every
     // written line ends in CRLF.
     let body = crlf.trim_start_matches('\u{feff}');
-    assert!(new.contains(&format!("{body}\r\n")), "{new:?}");
+    let without_feature = new.replacen("cargo-features = [\"profile-rustflags\"]\r\n\r\n", "", 1);
+    assert!(without_feature.contains(&format!("{body}\r\n")), "{new:?}");
     let lone_lf = new.match_indices('\n').filter(|(i, _)| !new[..*i].ends_with('\r')).count();
     assert_eq!(lone_lf, 1, "{new:?}");
     assert!(new.contains("[profile.asan]\r\ninherits = \"dev\"\r\n"), "{new:?}");

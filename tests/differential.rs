@@ -10,7 +10,7 @@
 //! (b) and (c), explain and requirements against make, are the make-judged tests'
 //! (`tests/make_agreement.rs`, `tests/kernel_object.rs`, `tests/round_trip.rs`).
 //!
-//! `SANPOLICY_DIFF_CASES` (default 300) and `SANPOLICY_DIFF_SEED` (default fixed) choose the
+//! `SANPOLICY_DIFF_CASES` (default 2,000: issue 18's bar) and `SANPOLICY_DIFF_SEED` (default fixed) choose the
 //! cases; a failure prints the seed, the case number and the case, and
 //! `SANPOLICY_DIFF_SEED=S SANPOLICY_DIFF_ONLY=N cargo test --test differential` replays it.
 
@@ -375,7 +375,7 @@ fn check_case(case: &Case, scratch: &Path) -> Result<(), String> {
 #[test]
 fn every_command_agrees_with_the_others_over_generated_cases() {
     let seed: u64 = std::env::var("SANPOLICY_DIFF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5a17_90c1);
-    let cases: usize = std::env::var("SANPOLICY_DIFF_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let cases: usize = std::env::var("SANPOLICY_DIFF_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
     let only: Option<usize> = std::env::var("SANPOLICY_DIFF_ONLY").ok().and_then(|s| s.parse().ok());
     let mut rng = sanpolicy::runtime::stats::SplitMix(seed);
     let all: Vec<(usize, Case)> = (0..cases).map(|n| (n, generate(&mut rng))).collect();

@@ -439,7 +439,11 @@ fn add_feature(doc: &mut DocumentMut, path: &Path, diags: &mut Diagnostics) {
     let root = doc.as_table_mut();
     match root.get_mut("cargo-features") {
         None => {
+            let first_key = root.iter().all(|(_, item)| !item.is_value());
             root.insert("cargo-features", Item::Value(string_array(&[RUSTFLAGS_FEATURE.to_string()])));
+            if first_key {
+                below_leading_comment(root);
+            }
         }
         Some(item) => match item.as_array_mut() {
             Some(a) if a.iter().any(|v| v.as_str() == Some(RUSTFLAGS_FEATURE)) => {}
@@ -450,6 +454,36 @@ fn add_feature(doc: &mut DocumentMut, path: &Path, diags: &mut Diagnostics) {
                     .hint("write `cargo-features = [\"profile-rustflags\"]`"),
             ),
         },
+    }
+}
+
+/// The new `cargo-features`, the manifest's first line otherwise, goes below the comment the
+/// file starts with (a licence header, a note on the workspace): the user's first line, and a
+/// byte order mark on it, stay where they were, and the diff only adds lines.
+fn below_leading_comment(root: &mut Table) {
+    let first = root
+        .iter_mut()
+        .filter_map(|(_, item)| match item {
+            Item::Table(t) => t.position().map(|p| (p, t.decor_mut())),
+            Item::ArrayOfTables(a) => a.iter_mut().next().and_then(|t| t.position().map(|p| (p, t.decor_mut()))),
+            _ => None,
+        })
+        .min_by_key(|(p, _)| *p);
+    let Some((_, decor)) = first else { return };
+    let prefix = decor.prefix().and_then(|p| p.as_str()).unwrap_or("").to_string();
+    if !prefix.trim_start().starts_with('#') {
+        return;
+    }
+    // The file's header: up to the first blank line after a comment (all of it when the comment
+    // runs into the table); the rest stays above the table it is about.
+    let lines: Vec<&str> = prefix.split_inclusive('\n').collect();
+    let seen_comment = |i: usize| lines[..i].iter().any(|l| l.trim_start().starts_with('#'));
+    let cut = (0..lines.len()).find(|&i| lines[i].trim().is_empty() && seen_comment(i)).map_or(lines.len(), |i| i + 1);
+    let (header, rest): (String, String) = (lines[..cut].concat(), lines[cut..].concat());
+    // A blank line between the new key and the table: only lines are added.
+    decor.set_prefix(format!("\n{rest}"));
+    if let Some(mut key) = root.key_mut("cargo-features") {
+        key.leaf_decor_mut().set_prefix(header);
     }
 }
 
