@@ -233,7 +233,8 @@ fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
         let lines = crate::diagnostic::LineIndex::new(before);
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
-            let Some(why) = makefile::unmodelled(a, d).filter(|_| !a.in_block) else { continue };
+            // Every line a policy cannot hold, by the one answer import and gen-makefiles use.
+            let Some(why) = crate::policy::holdable(&parsed, a, d).err().filter(|_| !a.in_block) else { continue };
             let path = match &d.object {
                 Some(o) => format!("{dir}/{o}"),
                 None => format!("{dir}/"),
@@ -241,7 +242,11 @@ fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
             diags.push(
                 Diagnostic::error(Code::Unrepresentable, format!("`{}` is decided outside the policy: {why}", a.name))
                     .at(lines.line(&file.path, before, a.line))
-                    .hint("rewrite it as a plain line (`NAME := n`, flags without comments or trailing blanks) and run `sanpolicy sync`, or acknowledge it with `[[acknowledge]]` code `unrepresentable`")
+                    .hint(if makefile::unmodelled(a, d).is_some() {
+                        "rewrite it as a plain line (`NAME := n`, flags without comments or trailing blanks) and run `sanpolicy sync`, or acknowledge it with `[[acknowledge]]` code `unrepresentable`"
+                    } else {
+                        "change what the message names (the construct above the line, its condition) so that a policy can hold the line, then run `sanpolicy sync`; or acknowledge it with `[[acknowledge]]` code `unrepresentable`"
+                    })
                     .about(&path, Some(d.mech)),
             );
         }

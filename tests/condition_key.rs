@@ -4,6 +4,7 @@
 //! pair the key calls equal, make must evaluate both alike with `CONFIG_FOO` set to `y`, `m`,
 //! empty, and undefined. Every pair is tried, not a sample: the set is small enough.
 
+mod fixture_tree;
 mod make_judge;
 
 use std::collections::BTreeMap;
@@ -133,4 +134,53 @@ fn named_spellings_are_one_condition() {
     for [a, b] in different {
         assert_ne!(key(a), key(b), "`{a}` and `{b}`");
     }
+}
+
+/// The commands match a tree's line and a unit by these keys, not by their texts: a tree line
+/// spelled one way and the unit's `when` another (pairs make evaluates alike, above) are in sync
+/// for `check` and `--check`, `sync` takes nothing and `gen-makefiles --force` adds no second
+/// line; a condition make evaluates differently (`ifdef` is true for `m` too) is drift.
+#[test]
+fn lines_and_units_are_matched_by_key_in_every_command() {
+    let pairs = [
+        ("ifeq ($(CONFIG_FOO),y)", "ifeq (y,$(CONFIG_FOO))"),
+        ("ifeq \"$(CONFIG_FOO)\" \"y\"", "ifeq ($(CONFIG_FOO),y)"),
+        ("ifneq (${CONFIG_FOO},)", "ifdef CONFIG_FOO"),
+        ("ifeq ($(CONFIG_FOO),)", "ifndef CONFIG_FOO"),
+    ];
+    for layout in ["in-place", "block"] {
+        for (line, when) in pairs {
+            let makefile = format!("obj-y := a.o b.o\n\n{line}\n# A reason.\nKASAN_SANITIZE_a.o := n\nendif\n");
+            let t = fixture_tree::rules_tree("sanpolicy-condkey-", &makefile);
+            let p = t.path();
+            fixture_tree::ok(p, &["import", "--adopt", "--layout", layout]);
+            let policy = fixture_tree::read(p, "sanitizer-policy.toml");
+            let at = policy.find("when = ").expect("the unit is conditional");
+            let end = at + policy[at..].find('\n').unwrap();
+            fs::write(p.join("sanitizer-policy.toml"), format!("{}when = '{when}'{}", &policy[..at], &policy[end..]))
+                .unwrap();
+            let what = format!("{layout}: tree `{line}`, policy `{when}`");
+            if layout == "block" {
+                // The block is the policy's text: a respelled `when` is written into it once.
+                fixture_tree::ok(p, &["gen-makefiles"]);
+            }
+            fixture_tree::all_green(p, &what);
+            let makefile = fixture_tree::read(p, "lib/Makefile");
+            assert_eq!(makefile.matches("KASAN_SANITIZE_a.o").count(), 1, "{what}: {makefile}");
+            let before = fixture_tree::Fingerprint::of(p);
+            fixture_tree::ok(p, &["gen-makefiles", "--force"]);
+            fixture_tree::ok(p, &["sync"]);
+            fixture_tree::assert_unchanged(&before, &fixture_tree::Fingerprint::of(p), &what);
+        }
+    }
+    // Not one condition: `ifdef CONFIG_FOO` holds for `m`, `ifeq ($(CONFIG_FOO),y)` does not.
+    let makefile = "obj-y := a.o b.o\n\nifeq ($(CONFIG_FOO),y)\n# A reason.\nKASAN_SANITIZE_a.o := n\nendif\n";
+    let t = fixture_tree::rules_tree("sanpolicy-condkey-", makefile);
+    let p = t.path();
+    fixture_tree::ok(p, &["import", "--adopt"]);
+    let policy = fixture_tree::read(p, "sanitizer-policy.toml")
+        .replace("when = \"ifeq ($(CONFIG_FOO),y)\"", "when = \"ifdef CONFIG_FOO\"");
+    fs::write(p.join("sanitizer-policy.toml"), policy).unwrap();
+    let check = fixture_tree::run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
 }

@@ -459,3 +459,34 @@ fn block_a_conditional_merged_line_for_a_block_variable_is_refused_by_sync_byte_
     assert!(sync.stderr.contains("error[conflicting-directive]"), "{}", sync.stderr);
     fixture_tree::assert_unchanged(&before, &Fingerprint::of(p), "sync refused");
 }
+
+/// A line import leaves outside the policy (an `$(eval)` above it may set it; a condition
+/// outside the `when` grammar) is left alone by every layout's generation, and `check` names it:
+/// adoption in place changes no byte (it used to refuse itself as "a sanpolicy bug").
+#[test]
+fn lines_a_policy_cannot_hold_stay_in_place_and_check_names_them() {
+    let cases = [
+        ("obj-y := a.o b.o\n$(eval KASAN_SANITIZE_a.o := y)\n# A reason.\nKASAN_SANITIZE_a.o := n\n", "may change it"),
+        ("obj-y := a.o b.o\nifeq ($(CONFIG_A)$(shell true),y)\nKASAN_SANITIZE_a.o := n\nendif\n", "`when` grammar"),
+    ];
+    for (makefile, why) in cases {
+        for layout in ["in-place", "block", "central"] {
+            let t = rules_tree("sanpolicy-verdict-", makefile);
+            let p = t.path();
+            ok(p, &["import", "--adopt", "--layout", layout]);
+            assert_eq!(read(p, "lib/Makefile"), makefile, "{layout}: the line stays as it was");
+            let check = run_in(p, &["check"]);
+            assert_eq!(check.code, 1, "{layout}: {}", check.both());
+            assert!(
+                check.stderr.contains("error[unrepresentable]") && check.stderr.contains(why),
+                "{layout}: {}",
+                check.stderr
+            );
+            assert_eq!(run_in(p, &["gen-makefiles", "--check"]).code, 0, "{layout}");
+            let before = Fingerprint::of(p);
+            ok(p, &["gen-makefiles", "--force"]);
+            ok(p, &["sync"]);
+            fixture_tree::assert_unchanged(&before, &Fingerprint::of(p), layout);
+        }
+    }
+}

@@ -187,7 +187,7 @@ fn outside_lines(
         let inside = parsed.block_names();
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
-            if a.in_block || existing_key(a, d, rules).is_none() {
+            if a.in_block || existing_key(&parsed, a, d, rules).is_none() {
                 continue;
             }
             let loc = lines.line(&file.path, before, a.line);

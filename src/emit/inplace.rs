@@ -12,17 +12,52 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{block::comment_lines, unit_line, LineParts};
 use crate::kbuild::Rules;
-use crate::makefile::{unmodelled, Assignment, Condition, Directive, DirectiveValue, KbuildFile, Op};
+use crate::makefile::{Assignment, CondKey, Condition, Directive, DirectiveValue, KbuildFile, Op};
 use crate::mechanism::{Form, MechId};
 use crate::policy::{Setting, Unit};
 
 /// What a directive line means: mechanism, the per-file object name Kbuild reads (`None` for the
-/// directory) and the conditions it is active under, in canonical spelling.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// directory) and the conditions it is active under. Keys are equal by mechanism, stem and the
+/// conditions' keys ([`crate::makefile::CondKey`]): one condition spelled two ways is one key.
+/// `when` is the conditions' canonical spelling, for writing and placing lines.
+#[derive(Debug, Clone)]
 pub struct LineKey {
     pub mech: MechId,
     pub stem: Option<String>,
     pub when: Vec<String>,
+    pub conds: Vec<CondKey>,
+}
+
+impl LineKey {
+    fn identity(&self) -> (MechId, &Option<String>, &[CondKey]) {
+        (self.mech, &self.stem, &self.conds)
+    }
+}
+
+impl PartialEq for LineKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for LineKey {}
+
+impl std::hash::Hash for LineKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
+}
+
+impl PartialOrd for LineKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for LineKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.identity().cmp(&other.identity())
+    }
 }
 
 /// What a line sets: skip or force, and the exact value (`n`, `-pg`, `$(CC_FLAGS_FTRACE)`).
@@ -51,15 +86,16 @@ pub struct Reconciled {
     pub edits: Vec<Edit>,
 }
 
-/// The key of a modelled directive line of the file, or `None` for lines units do not own.
-pub fn existing_key(a: &Assignment, d: &Directive, rules: &Rules) -> Option<(LineKey, LineValue)> {
-    if a.in_block || unmodelled(a, d).is_some() {
+/// The key of a directive line `a` of `file` that a policy can hold, or `None` for lines units
+/// do not own (see [`crate::policy::holdable`]: those stay as they are).
+pub fn existing_key(file: &KbuildFile, a: &Assignment, d: &Directive, rules: &Rules) -> Option<(LineKey, LineValue)> {
+    if a.in_block || crate::policy::holdable(file, a, d).is_err() {
         return None;
     }
     let DirectiveValue::Plain(setting) = d.value else { return None };
     let stem = d.object.as_deref().map(|o| rules.naming(d.mech).stem(o));
     let value = a.value.split_whitespace().collect::<Vec<_>>().join(" ");
-    Some((LineKey { mech: d.mech, stem, when: a.when() }, LineValue { setting, value }))
+    Some((LineKey { mech: d.mech, stem, when: a.when(), conds: a.when_keys() }, LineValue { setting, value }))
 }
 
 /// The key and value of a unit's line for `id`.
@@ -67,7 +103,8 @@ pub fn unit_key(unit: &Unit, id: MechId, rules: &Rules) -> Option<(LineKey, Line
     let setting = *unit.settings.get(&id)?;
     let value = unit.value(id)?.split_whitespace().collect::<Vec<_>>().join(" ");
     let stem = unit.path.object.as_deref().map(|o| rules.naming(id).stem(o));
-    Some((LineKey { mech: id, stem, when: canonical_when(&unit.when) }, LineValue { setting, value }))
+    let (when, conds) = (canonical_when(&unit.when), unit.conditions.clone());
+    Some((LineKey { mech: id, stem, when, conds }, LineValue { setting, value }))
 }
 
 /// A unit's `when` in the spelling lines are matched in.
@@ -88,7 +125,7 @@ struct Splice {
 pub fn reconcile(text: &str, file: &KbuildFile, units: &[&Unit], rules: &Rules) -> Reconciled {
     let mut existing: BTreeMap<LineKey, Vec<(usize, LineValue)>> = BTreeMap::new();
     for (i, d) in file.directives() {
-        if let Some((key, value)) = existing_key(&file.assignments[i], d, rules) {
+        if let Some((key, value)) = existing_key(file, &file.assignments[i], d, rules) {
             existing.entry(key).or_default().push((i, value));
         }
     }
@@ -160,7 +197,7 @@ fn locate_added(new: &str, edits: &mut [Edit], units: &[&Unit], rules: &Rules) {
     // The first line of the new text with each meaning and value.
     let mut first: HashMap<LineKey, Vec<(LineValue, usize)>> = HashMap::new();
     for (i, d) in parsed.directives() {
-        if let Some((k, v)) = existing_key(&parsed.assignments[i], d, rules) {
+        if let Some((k, v)) = existing_key(&parsed, &parsed.assignments[i], d, rules) {
             let seen = first.entry(k).or_default();
             if !seen.iter().any(|(w, _)| *w == v) {
                 seen.push((v, i));
@@ -440,7 +477,7 @@ impl Index {
             if a.frames.is_empty() && first_list.is_none_or(|f| i < f) {
                 top_directive = Some(i);
             }
-            let Some((k, _)) = existing_key(a, d, rules) else { continue };
+            let Some((k, _)) = existing_key(file, a, d, rules) else { continue };
             // A line right above another object's directive sits in a list: joining it would
             // split the list.
             let in_list = file.assignments.get(i + 1).is_some_and(|next| {

@@ -195,9 +195,9 @@ pub fn central_units(tree: &Path, central_text: &str) -> Option<Vec<ImportedUnit
 
 /// The directory lines the central file's sections reset (a variable set empty under the
 /// line's conditions, see `emit::central::section_resets`): each as its directory, its object
-/// as the line names it, its conditions (canonical) and its mechanism. Kbuild reads these
+/// as the line names it, its conditions (as keys) and its mechanism. Kbuild reads these
 /// lines as never set, so to `sync` the tree does not have them.
-pub fn central_resets(tree: &Path, central_text: &str) -> Vec<(String, Option<String>, Vec<String>, MechId)> {
+pub fn central_resets(tree: &Path, central_text: &str) -> Vec<super::sync::Key> {
     let sections = crate::emit::central::sections(central_text).unwrap_or_default();
     let mut out = Vec::new();
     for (dir, section) in &sections {
@@ -219,7 +219,7 @@ pub fn central_resets(tree: &Path, central_text: &str) -> Vec<(String, Option<St
             let key = (a.name.clone(), when.clone());
             if resets.contains_key(&key) {
                 *lines.entry(key.clone()).or_default() += 1;
-                covered.push((key, (dir.clone(), d.object.clone(), when, d.mech)));
+                covered.push((key, (dir.clone(), d.object.clone(), a.when_keys(), d.mech)));
             }
         }
         out.extend(covered.into_iter().filter(|(key, _)| lines[key] <= resets[key]).map(|(_, k)| k));
@@ -381,23 +381,7 @@ fn representable(
             format!("`{name}` is not the directory's kbuild file")
         });
     }
-    // The block goes where the first adopted line stood, so a line moves up, across what make
-    // does above it. An `include` is moved across as before: the round trip
-    // (`tests/round_trip.rs`) has make prove that the 6.1 and 6.12 trees keep their meaning,
-    // and `check` still reports the file.
-    let above = |o: &&crate::makefile::Opaque| o.line < a.line && !o.other_file && o.may_assign(&a.name);
-    if let Some(o) = parsed.opaque.iter().find(above) {
-        return Err(format!("{} at line {} may change it", o.construct, o.line));
-    }
-    if let Some(p) = parsed.assignments.iter().find(|b| b.name == ".RECIPEPREFIX") {
-        return Err(format!(
-            "the file sets `.RECIPEPREFIX` (line {}): a block's lines could read as recipe lines",
-            p.line
-        ));
-    }
-    if let Some(why) = crate::makefile::unmodelled(a, d) {
-        return Err(why);
-    }
+    crate::policy::holdable(parsed, a, d)?;
     // A generated line whose variable the file sets again outside the block (a merge added a
     // line): when every such line is plain and unconditional, make reads the last one and so
     // does the import (`take`: the last line decides), so `sync` takes a merged line's value
@@ -410,11 +394,6 @@ fn representable(
         && parsed.assignments.iter().any(|b| !b.in_block && b.name == a.name && makefile::classify(b).is_some())
     {
         return Err(format!("`{}` is also set outside the generated block", a.name));
-    }
-    // A policy's `when` is a grammar over Kconfig symbols; what is outside it stays in the tree.
-    let refused = a.frames.iter().find_map(|f| crate::policy::when::validate(&f.condition.text).err().map(|p| (f, p)));
-    if let Some((f, p)) = refused {
-        return Err(format!("condition `{}` is outside the policy's `when` grammar: {}", f.condition.text, p.message));
     }
     let dir = rel(tree, dir);
     let path_text = d.object.as_ref().map_or(format!("{dir}/"), |o| format!("{dir}/{o}"));

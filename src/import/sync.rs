@@ -20,8 +20,8 @@ use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, Value};
 use super::scan::Scan;
 use super::ImportedUnit;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
-use crate::emit::inplace::canonical_when;
 use crate::generate::snapshot::Base;
+use crate::makefile::{when_keys, CondKey};
 use crate::mechanism::{Form, MechId};
 use crate::policy::{expand_variants, Policy, Setting};
 
@@ -32,8 +32,9 @@ struct Said {
     flags: Option<String>,
 }
 
-/// `(directory, object, conditions, mechanism)`: what a line and a unit setting are matched by.
-pub type Key = (String, Option<String>, Vec<String>, MechId);
+/// `(directory, object, conditions, mechanism)`: what a line and a unit setting are matched by
+/// (conditions by key: one condition spelled two ways is one condition).
+pub type Key = (String, Option<String>, Vec<CondKey>, MechId);
 
 /// The outcome: the policy's new text and what changed, for the summary.
 #[derive(Debug, Default)]
@@ -95,7 +96,7 @@ fn tree_side(units: &[ImportedUnit], own: usize, reset: &[Key]) -> BTreeMap<Key,
     let mut out = BTreeMap::new();
     for (i, u) in units.iter().enumerate() {
         for (id, setting) in &u.settings {
-            let key = (u.dir.clone(), u.object.clone(), canonical_when(&u.when), *id);
+            let key = (u.dir.clone(), u.object.clone(), when_keys(&u.when), *id);
             if i < own && reset.contains(&key) {
                 continue;
             }
@@ -110,7 +111,7 @@ fn policy_side(policy: &Policy) -> BTreeMap<Key, (Said, usize)> {
     let mut out = BTreeMap::new();
     for (i, u) in policy.units.iter().enumerate() {
         for (id, setting) in &u.settings {
-            let key = (u.path.kbuild_dir.clone(), u.path.object.clone(), canonical_when(&u.when), *id);
+            let key = (u.path.kbuild_dir.clone(), u.path.object.clone(), u.conditions.clone(), *id);
             out.insert(key, (said_of(*id, *setting, u.flags.get(id)), i));
         }
     }
@@ -255,11 +256,10 @@ fn tree_order(policy: &Policy, units: &[ImportedUnit]) -> Vec<Option<usize>> {
         .units
         .iter()
         .map(|u| {
-            let when = canonical_when(&u.when);
             units.iter().position(|t| {
                 t.dir == u.path.kbuild_dir
                     && t.object == u.path.object
-                    && canonical_when(&t.when) == when
+                    && when_keys(&t.when) == u.conditions
                     && t.settings.keys().any(|id| u.settings.contains_key(id))
             })
         })
@@ -308,7 +308,7 @@ fn renames(
                 k.0 == unit.path.kbuild_dir
                     && k.1.is_some()
                     && k.1 != unit.path.object
-                    && k.2 == canonical_when(&unit.when)
+                    && k.2 == unit.conditions
                     && units[*t].why() == unit.why
                     && !out.iter().any(|(_, taken)| taken == t)
             })
@@ -415,7 +415,7 @@ fn edit(
     for (key, said, t) in &add {
         let why = units[*t].why();
         let same = policy.units.iter().position(|u| {
-            u.path.kbuild_dir == key.0 && u.path.object == key.1 && canonical_when(&u.when) == key.2 && u.why == why
+            u.path.kbuild_dir == key.0 && u.path.object == key.1 && u.conditions == key.2 && u.why == why
         });
         out.added.push(format!("{} {}", unit_path(&key.0, key.1.as_deref()), key.3));
         if let Some(Some(table)) = same.and_then(|u| tables.get_mut(u)) {

@@ -64,14 +64,19 @@ impl Condition {
             CondKind::Ifeq => "ifeq",
             CondKind::Ifneq => "ifneq",
         };
-        let text = match (self.kind, self.args.as_slice()) {
+        // `${X}` is written `$(X)`: make reads the two alike, and the policy's grammar has one.
+        let args: Vec<String> = match self.kind {
+            CondKind::Ifeq | CondKind::Ifneq => self.args.iter().map(|a| braces_as_parens(a)).collect(),
+            CondKind::Ifdef | CondKind::Ifndef => self.args.clone(),
+        };
+        let text = match (self.kind, args.as_slice()) {
             (CondKind::Ifdef | CondKind::Ifndef, [v]) => format!("{keyword} {v}"),
             (CondKind::Ifeq | CondKind::Ifneq, [a, b]) if !a.contains(',') && !b.contains(',') => {
                 format!("{keyword} ({a},{b})")
             }
             _ => self.text.clone(),
         };
-        Condition { kind: self.kind, text, args: self.args.clone() }
+        Condition { kind: self.kind, text, args }
     }
 
     /// What make tests, as a value: two conditions with equal keys are true for the same values

@@ -102,6 +102,22 @@ impl Assignment {
     pub fn when(&self) -> Vec<String> {
         when_of(&self.frames)
     }
+
+    /// The conditions as keys: what lines and units are matched by, so that one condition
+    /// spelled two ways (`ifeq ($(CONFIG_X),y)`, `ifeq "y" "$(CONFIG_X)"`) is one condition.
+    pub fn when_keys(&self) -> Vec<CondKey> {
+        self.frames.iter().map(|f| if f.in_else { f.condition.negated().key() } else { f.condition.key() }).collect()
+    }
+}
+
+/// The keys of conditions written as text (a unit's `when`, an imported line's conditions).
+pub fn when_keys(when: &[String]) -> Vec<CondKey> {
+    when.iter().map(|c| condition_key(c)).collect()
+}
+
+/// The key of one condition written as text; a text that does not parse is equal only to itself.
+pub fn condition_key(when: &str) -> CondKey {
+    Condition::parse(when).unwrap_or_else(|_| Condition::unparsed(when)).key()
 }
 
 /// See [`Assignment::when`].

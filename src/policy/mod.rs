@@ -225,3 +225,38 @@ impl Policy {
         map
     }
 }
+
+/// Whether a policy can hold the directive line `a` (`d`) of `file`, or why not: such a line is
+/// imported as a unit and owned by `gen-makefiles` (reconciled in place, moved into a block);
+/// any other line stays where it is, outside the policy, and `check` reports it
+/// (`unrepresentable`). One answer for every layout and every command, so that no command
+/// writes away a line import left out.
+pub fn holdable(
+    file: &crate::makefile::KbuildFile,
+    a: &crate::makefile::Assignment,
+    d: &crate::makefile::Directive,
+) -> Result<(), String> {
+    // A block goes where the first adopted line stood, so a line may move up, across what make
+    // does above it. An `include` is moved across as before: the round trip
+    // (`tests/round_trip.rs`) has make prove that the 6.1 and 6.12 trees keep their meaning.
+    let above = |o: &&crate::makefile::Opaque| o.line < a.line && !o.other_file && o.may_assign(&a.name);
+    if let Some(o) = file.opaque.iter().find(above) {
+        return Err(format!("{} at line {} may change it", o.construct, o.line));
+    }
+    if let Some(p) = file.assignments.iter().find(|b| b.name == ".RECIPEPREFIX") {
+        return Err(format!(
+            "the file sets `.RECIPEPREFIX` (line {}): a block's lines could read as recipe lines",
+            p.line
+        ));
+    }
+    if let Some(why) = crate::makefile::unmodelled(a, d) {
+        return Err(why);
+    }
+    // A policy's `when` is a grammar over Kconfig symbols; what is outside it stays in the tree.
+    for condition in a.when() {
+        if let Err(p) = when::validate(&condition) {
+            return Err(format!("condition `{condition}` is outside the policy's `when` grammar: {}", p.message));
+        }
+    }
+    Ok(())
+}

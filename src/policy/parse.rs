@@ -451,9 +451,7 @@ fn parse_unit(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range<usize>>) -
 
 /// A `when` in canonical form (see [`crate::makefile::Condition::key`]).
 pub fn condition_key(when: &str) -> crate::makefile::CondKey {
-    let condition =
-        crate::makefile::Condition::parse(when).unwrap_or_else(|_| crate::makefile::Condition::unparsed(when));
-    condition.key()
+    crate::makefile::condition_key(when)
 }
 
 /// `category = "…"`: the report's category for the unit's reason, one short line of words.

@@ -354,13 +354,13 @@ fn source(
     if let (true, Some(d)) = (owned, makefile::classify(a)) {
         // The deciding line may belong to another mechanism (UBSAN_SANITIZE decides signed-wrap).
         let is_dir_var = d.object.is_none();
-        let when = a.when();
+        let when = a.when_keys();
         let unit = policy.units.iter().position(|u| {
             u.path.kbuild_dir == path.kbuild_dir
                 && u.settings.contains_key(&d.mech)
                 && u.path.is_directory() == is_dir_var
                 && (is_dir_var || u.path == *path || configs::substitute(&u.path.text, preset) == path.text)
-                && (a.in_block || crate::emit::inplace::canonical_when(&u.when) == when)
+                && (a.in_block || u.conditions == when)
         });
         if let Some(unit) = unit {
             return Source::Policy { unit, line: Some(a.line) };
