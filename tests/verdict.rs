@@ -490,3 +490,30 @@ fn lines_a_policy_cannot_hold_stay_in_place_and_check_names_them() {
         }
     }
 }
+
+/// The memory records a flag removal's own flags, so a policy that changes only the flags is
+/// ahead (gen-makefiles writes it) and a hand edit of the flags is the tree's (sync takes it).
+#[test]
+fn a_flags_only_change_is_told_apart_by_which_side_made_it() {
+    let makefile = "obj-y := a.o b.o\n\n# Early boot code.\nCFLAGS_REMOVE_a.o = -pg\n";
+    let t = rules_tree("sanpolicy-verdict-", makefile);
+    let p = t.path();
+    ok(p, &["import", "--adopt"]);
+    all_green(p, "adopted");
+    // The policy moves: only its flags.
+    edit(p, POLICY, "ftrace = \"-pg\"", "ftrace = \"-pg -mfentry\"");
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert_eq!(fix_commands(&check.stderr), ["sanpolicy gen-makefiles"], "the policy moved: {}", check.stderr);
+    ok(p, &["gen-makefiles"]);
+    assert!(read(p, "lib/Makefile").contains("CFLAGS_REMOVE_a.o = -pg -mfentry\n"), "{}", read(p, "lib/Makefile"));
+    all_green(p, "written");
+    // The tree moves: a hand edit of the flags.
+    edit(p, "lib/Makefile", "= -pg -mfentry", "= -pg");
+    let check = run_in(p, &["check"]);
+    assert_eq!(fix_commands(&check.stderr), ["sanpolicy sync"], "the tree moved: {}", check.stderr);
+    let gen = run_in(p, &["gen-makefiles"]);
+    assert_eq!(gen.code, 2, "writing would undo the hand edit: {}", gen.both());
+    follow_until_green(p, "hand edit taken");
+    assert!(read(p, POLICY).contains("ftrace = \"-pg\""), "{}", read(p, POLICY));
+}

@@ -225,12 +225,27 @@ pub struct Snapshot {
 impl Snapshot {
     /// What `policy` generates, for the run bound as `binding`.
     pub fn compute(policy: &Policy, rules: &Rules, binding: Binding) -> Snapshot {
-        Snapshot::of(&compute(policy, rules), binding)
+        Snapshot::of(policy, &compute(policy, rules), binding)
     }
 
-    /// The snapshot of an effective state already computed.
-    pub fn of(effective: &Effective, binding: Binding) -> Snapshot {
-        let states = effective.iter().map(|((path, id), entry)| ((path.clone(), *id), entry.state.label())).collect();
+    /// The snapshot of an effective state already computed. A flag removal with flags of its
+    /// own (`CFLAGS_REMOVE_head64.o = -pg`) records them after the state: a policy that changes
+    /// only the flags has moved, and the next run must tell that from a hand edit of the line.
+    pub fn of(policy: &Policy, effective: &Effective, binding: Binding) -> Snapshot {
+        let flags = |u: Option<usize>, id: MechId| {
+            let unit = policy.units.get(u?)?;
+            unit.settings.contains_key(&id).then(|| unit.flags.get(&id)).flatten()
+        };
+        let states = effective
+            .iter()
+            .map(|((path, id), entry)| {
+                let mut state = entry.state.label();
+                if let Some(f) = flags(entry.unit, *id) {
+                    state = format!("{state} [{}]", f.split_whitespace().collect::<Vec<_>>().join(" "));
+                }
+                ((path.clone(), *id), state)
+            })
+            .collect();
         Snapshot { binding, states }
     }
 
