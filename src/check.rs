@@ -160,14 +160,7 @@ pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, ba
             out.push(Diagnostic { hint: Some("writing this line would add a dead exemption: fix the object name in the policy (or drop the unit)".into()), ..d });
         }
     }
-    let before = Plan {
-        files: plan
-            .before
-            .iter()
-            .map(|(d, t)| (d.clone(), crate::generate::PlannedFile::new(tree.join(d), t.clone())))
-            .collect(),
-        ..Plan::default()
-    };
+    let before = plan.as_read(tree);
     for req in &policy.requirements {
         let (mut now, mut then) = (Diagnostics::default(), Diagnostics::default());
         requirement(req, rules, Some(tree), &before, None, None, &mut now);
@@ -205,7 +198,7 @@ fn not_applicable(req: &Requirement, rules: &Rules, tree: &Path, plan: &Plan) ->
     let present = match &req.path.object {
         None => dir.is_dir(),
         Some(o) => {
-            let text = plan.files.get(&req.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or("");
+            let text = plan.file(&req.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or("");
             let naming = req.exempt.first().map_or(crate::kbuild::Naming::TargetStem, |(id, _)| rules.naming(*id));
             dir.is_dir() && has_source(&dir, o, &Default::default(), text, naming)
         }
@@ -227,8 +220,8 @@ fn not_applicable(req: &Requirement, rules: &Rules, tree: &Path, plan: &Plan) ->
 /// sanpolicy leaves them alone, and says so once per line.
 fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
     let _ = rules;
-    for (dir, file) in &plan.files {
-        let Some(before) = plan.before.get(dir) else { continue };
+    for (dir, file) in plan.files() {
+        let Some(before) = plan.before(dir) else { continue };
         let parsed = makefile::parse(before);
         let lines = crate::diagnostic::LineIndex::new(before);
         for (i, d) in parsed.directives() {
@@ -283,7 +276,7 @@ fn overridden_units(policy: &Policy, plan: &Plan, diags: &mut Diagnostics) {
         return;
     }
     for (dir, units) in policy.units_by_dir() {
-        let (Some(file), Some(before)) = (plan.files.get(dir), plan.before.get(dir)) else { continue };
+        let (Some(file), Some(before)) = (plan.file(dir), plan.before(dir)) else { continue };
         let parsed = makefile::parse(before);
         let lines = crate::diagnostic::LineIndex::new(before);
         for (i, d) in parsed.directives() {
@@ -390,7 +383,7 @@ fn sources(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, diags: &mut
     for unit in &policy.units {
         let Some(object) = &unit.path.object else { continue };
         let dir = tree.join(&unit.path.kbuild_dir);
-        let makefile_text = plan.files.get(&unit.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or("");
+        let makefile_text = plan.file(&unit.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or("");
         let naming = unit.settings.keys().next().map_or(crate::kbuild::Naming::TargetStem, |id| rules.naming(*id));
         let found = has_source(&dir, object, &unit.vars, makefile_text, naming);
         if !found && dir.is_dir() {
@@ -415,7 +408,7 @@ fn sources(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, diags: &mut
 
 /// The kbuild text the requirement is judged against: as generated, else as on disk.
 fn file_for<'p>(dir: &str, tree: Option<&Path>, plan: &'p Plan) -> std::borrow::Cow<'p, KbuildFile> {
-    if let Some(f) = plan.files.get(dir) {
+    if let Some(f) = plan.file(dir) {
         return std::borrow::Cow::Borrowed(f.parsed());
     }
     let text = tree.and_then(|t| kbuild_file(&t.join(dir))).and_then(|path| read_kbuild(&path).ok());
@@ -517,8 +510,7 @@ fn outside(req: &Requirement, id: MechId, file: &KbuildFile, tree: Option<&Path>
 /// The kbuild file of `dir` as the findings name it: relative to the tree where there is one.
 fn shown_path(dir: &str, tree: Option<&Path>, plan: &Plan) -> std::path::PathBuf {
     let path = plan
-        .files
-        .get(dir)
+        .file(dir)
         .map(|f| f.path.clone())
         .or_else(|| tree.and_then(|t| kbuild_file(&t.join(dir))))
         .unwrap_or_else(|| Path::new(dir).join("Makefile"));

@@ -541,8 +541,12 @@ fn planning_staged_bytes_finds_what_planning_the_tree_finds() {
                 lines.extend(
                     plan.changes.iter().map(|c| format!("{:?} {:?} {:?} {:?}", c.path, c.display, c.old, c.new)),
                 );
-                lines.extend(plan.files.iter().map(|(d, f)| format!("{d} {:?} {:?}", f.path, f.text)));
-                lines.push(format!("{:?} {:?} {:?}", plan.before, plan.edits, plan.unheld));
+                lines.extend(plan.dirs.iter().map(|(d, p)| {
+                    format!(
+                        "{d} {:?} {:?} {:?} {:?} {:?} {:?}",
+                        p.file.path, p.file.text, p.before, p.edits, p.unheld, p.change
+                    )
+                }));
                 let mut lines: Vec<String> = lines.into_iter().map(|l| l.replace(&root, "<tree>")).collect();
                 lines.sort();
                 lines
@@ -572,8 +576,8 @@ fn planning_staged_bytes_finds_what_planning_the_tree_finds() {
                 !all.contains("skipped `<tree>/extra/bignamed"),
                 "{name}, {layout:?}: a named file is refused, not skipped"
             );
-            assert!(disk.before.contains_key("extra/both") && !disk.before.contains_key("tools/x"), "{name}");
-            assert!(disk.before["extra/both"].contains(hand), "{name}: Kbuild is read, not Makefile");
+            assert!(disk.before("extra/both").is_some() && disk.before("tools/x").is_none(), "{name}");
+            assert!(disk.before("extra/both").unwrap().contains(hand), "{name}: Kbuild is read, not Makefile");
         }
     }
 }

@@ -5,8 +5,6 @@
 //! from a unit the policy added but has not written yet, and the hint names the command that
 //! moves the right side.
 
-use std::path::Path;
-
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Fix, LineIndex, Location};
 
 use crate::emit::inplace::{existing_key, Edit};
@@ -38,11 +36,13 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
     // What the policy says now: the planned snapshot.
     let now = planned_snapshot(plan);
     let by_dir = policy.units_by_dir();
-    for change in plan.changes.iter().filter(|c| !c.is_noop()) {
-        let dir =
-            plan.files.iter().find(|(d, f)| f.path == change.path || same_display(change, d, &f.path)).map(|(d, _)| d);
-        match dir.and_then(|d| plan.edits.get(d).map(|e| (d, e))) {
-            Some((dir, edits)) if policy.layout == Layout::InPlace => {
+    // Each directory knows its own change: no join by path or by name.
+    let dir_of: std::collections::HashMap<usize, (&String, &crate::generate::PlannedDir)> =
+        plan.dirs.iter().filter_map(|(d, p)| p.change.map(|c| (c, (d, p)))).collect();
+    for (i, change) in plan.changes.iter().enumerate().filter(|(_, c)| !c.is_noop()) {
+        match dir_of.get(&i).filter(|(_, p)| !p.edits.is_empty()) {
+            Some((dir, planned)) if policy.layout == Layout::InPlace => {
+                let edits = &planned.edits;
                 let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
                 let lines = LineIndex::new(change.old.as_deref().unwrap_or(""));
                 for edit in edits {
@@ -66,12 +66,6 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
         }
     }
     diags
-}
-
-/// Whether `change` is the kbuild file `path` of directory `dir` (its display is tree-relative).
-fn same_display(change: &Change, dir: &str, path: &Path) -> bool {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    change.display == format!("{dir}/{name}") || (dir.is_empty() && change.display == name)
 }
 
 fn stale_file(change: &Change, program: &str) -> Diagnostic {
@@ -180,8 +174,8 @@ fn outside_lines(
     program: &str,
     diags: &mut Vec<(Diagnostic, bool)>,
 ) {
-    for (dir, file) in &plan.files {
-        let Some(before) = plan.before.get(dir) else { continue };
+    for (dir, planned) in &plan.dirs {
+        let (file, Some(before)) = (&planned.file, planned.before.as_deref()) else { continue };
         let parsed = crate::makefile::parse(before);
         let lines = LineIndex::new(before);
         let inside = parsed.block_names();
@@ -295,8 +289,10 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<
     // variable (upstream re-adds one the policy dropped) is new to the tree, not in sync.
     let mut written = written_resets(plan);
     let mut out = Vec::new();
-    for (dir, unheld) in &plan.unheld {
-        let (Some(file), Some(before)) = (plan.files.get(dir), plan.before.get(dir)) else { continue };
+    for (dir, planned) in &plan.dirs {
+        let (file, unheld, Some(before)) = (&planned.file, &planned.unheld, planned.before.as_deref()) else {
+            continue;
+        };
         let lines = LineIndex::new(before);
         for u in unheld {
             let loc = lines.line(&file.path, before, u.line);

@@ -37,21 +37,38 @@ impl PlannedFile {
     }
 }
 
+/// One directory of a plan: its kbuild file before and after, and what the layout does to it.
+#[derive(Debug)]
+pub struct PlannedDir {
+    /// The kbuild file as it would be after writing (central layout: the directory's own file
+    /// followed by its section of the central file, which is what Kbuild reads).
+    pub file: PlannedFile,
+    /// The kbuild file as the plan read it (on disk, or staged); `None` for a fragment, which
+    /// is sanpolicy's own file.
+    pub before: Option<String>,
+    /// In-place layout: what reconciling the file with the policy changes, keyed by the lines
+    /// they are about (drift is exactly these edits).
+    pub edits: Vec<emit::inplace::Edit>,
+    /// Central layout: the lines of the directory's own file the policy does not hold, each
+    /// with the reset its section writes (or why it cannot).
+    pub unheld: Vec<emit::central::Unheld>,
+    /// The index in [`Plan::changes`] of this file's change, where writing changes the file.
+    pub change: Option<usize>,
+}
+
+impl PlannedDir {
+    fn new(path: PathBuf, text: String, before: Option<String>) -> PlannedDir {
+        PlannedDir { file: PlannedFile::new(path, text), before, edits: Vec::new(), unheld: Vec::new(), change: None }
+    }
+}
+
 /// Everything a generation would change, and the problems that stop it.
 #[derive(Debug, Default)]
 pub struct Plan {
     pub changes: Vec<Change>,
     pub diags: Diagnostics,
-    /// By directory (relative to the tree): the kbuild file as it would be after writing.
-    pub files: BTreeMap<String, PlannedFile>,
-    /// In-place layout: by directory, what reconciling its kbuild file with the policy changes
-    /// (drift is exactly these edits).
-    pub edits: BTreeMap<String, Vec<emit::inplace::Edit>>,
-    /// By directory, the kbuild file as it is on disk (where the plan read it).
-    pub before: BTreeMap<String, String>,
-    /// Central layout: by directory, the lines of its own kbuild file the policy does not
-    /// hold, each with the reset its section writes (or why it cannot).
-    pub unheld: BTreeMap<String, Vec<emit::central::Unheld>>,
+    /// By directory (relative to the tree): what the plan read and would write there.
+    pub dirs: BTreeMap<String, PlannedDir>,
     /// The effective snapshot this generation writes: what the policy says now.
     pub snapshot: Option<snapshot::Snapshot>,
     /// Directories whose kbuild file holds directives but whose name a policy path cannot hold
@@ -59,6 +76,43 @@ pub struct Plan {
     /// planning never writes them, and `check` reports each line (`unrepresentable`). By
     /// directory: its kbuild file, its text, and why the name cannot be a policy path.
     pub unnameable: BTreeMap<String, (PathBuf, String, String)>,
+}
+
+impl Plan {
+    /// The kbuild file of `dir` as it would be after writing.
+    pub fn file(&self, dir: &str) -> Option<&PlannedFile> {
+        self.dirs.get(dir).map(|d| &d.file)
+    }
+
+    /// The kbuild file of `dir` as the plan read it.
+    pub fn before(&self, dir: &str) -> Option<&str> {
+        self.dirs.get(dir).and_then(|d| d.before.as_deref())
+    }
+
+    /// Every directory's planned file, by directory.
+    pub fn files(&self) -> impl Iterator<Item = (&String, &PlannedFile)> {
+        self.dirs.iter().map(|(dir, d)| (dir, &d.file))
+    }
+
+    /// The plan of writing nothing: each directory's kbuild file as this plan read it (what a
+    /// requirement held before the policy's change).
+    pub fn as_read(&self, tree: &Path) -> Plan {
+        let read = |(d, p): (&String, &PlannedDir)| {
+            let text = p.before.clone()?;
+            Some((d.clone(), PlannedDir::new(tree.join(d), text.clone(), Some(text))))
+        };
+        Plan { dirs: self.dirs.iter().filter_map(read).collect(), ..Plan::default() }
+    }
+
+    /// Add `dir` with `change` as its file's change (pushed onto [`Plan::changes`]).
+    fn add_dir(&mut self, dir: &str, mut planned: PlannedDir, change: Option<Change>) -> &mut PlannedDir {
+        if let Some(c) = change {
+            planned.change = Some(self.changes.len());
+            self.changes.push(c);
+        }
+        self.dirs.insert(dir.to_string(), planned);
+        self.dirs.get_mut(dir).expect("just inserted")
+    }
 }
 
 /// Plan writing the policy's blocks into `tree`. With `sweep`, the whole tree is also searched for
@@ -138,12 +192,9 @@ fn plan_in_place(policy: &Policy, mut at: Site, rules: &Rules, sweep: Option<Swe
         };
         let parsed = parsed.unwrap_or_else(|| makefile::parse(&old));
         let reconciled = emit::inplace::reconcile(&old, &parsed, units, rules);
-        plan.files.insert(dir.clone(), PlannedFile::new(path.clone(), reconciled.text.clone()));
-        if !reconciled.edits.is_empty() {
-            plan.edits.insert(dir.clone(), reconciled.edits);
-        }
-        plan.before.insert(dir.clone(), old.clone());
-        plan.changes.push(Change { path: target, display, old: Some(old), new: Some(reconciled.text) });
+        let change = Change { path: target, display, old: Some(old.clone()), new: Some(reconciled.text.clone()) };
+        let planned = PlannedDir { edits: reconciled.edits, ..PlannedDir::new(path, reconciled.text, Some(old)) };
+        plan.add_dir(dir, planned, Some(change));
     }
     plan
 }
@@ -222,7 +273,7 @@ fn swept_file(at: &mut Site, swept: Swept) -> Option<(PathBuf, PathBuf, String, 
 /// win over the directory's (see `emit::central`). Subsystem Makefiles are never written: each
 /// directory's planned text is its own file followed by its section of the central file, which
 /// is what Kbuild reads, so requirements and sources are judged on that. A directory line the
-/// policy does not hold is reset in the section (`emit::central::unheld`); `plan.unheld` keeps
+/// policy does not hold is reset in the section (`emit::central::unheld`); each directory's `unheld` keeps
 /// each such line, for drift to tell a dropped unit from a line a merge brought.
 fn plan_central(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep: Option<Sweep>) -> Plan {
     use crate::emit::central;
@@ -254,7 +305,7 @@ fn plan_central(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep
     // are found through the central file as it stands, so a fast check plans them too.
     let written = old.as_ref().ok().and_then(Option::as_deref).and_then(central::sections).unwrap_or_default();
     dirs.extend(written.into_keys().filter(|d| at.kbuild_file(d).is_some()));
-    let mut own: Vec<(String, PathBuf, String)> = Vec::new();
+    let mut own: Vec<(String, PathBuf, String, Vec<central::Unheld>)> = Vec::new();
     let mut resets = central::Resets::new();
     for dir in &dirs {
         let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
@@ -269,20 +320,16 @@ fn plan_central(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep
         if !ok.is_empty() {
             resets.insert(dir.clone(), (display, ok));
         }
-        if !unheld.is_empty() {
-            plan.unheld.insert(dir.clone(), unheld);
-        }
-        own.push((dir.clone(), path, text));
+        own.push((dir.clone(), path, text, unheld));
     }
     let rendered = central::render_central_with(&by_dir, &resets, rules);
     let sections = central::sections(&rendered).unwrap_or_default();
-    for (dir, path, old) in own {
+    for (dir, path, old, unheld) in own {
         let effective = match sections.get(&dir) {
             Some(section) => format!("{old}\n{section}"),
             None => old.clone(),
         };
-        plan.before.insert(dir.clone(), old);
-        plan.files.insert(dir, PlannedFile::new(path, effective));
+        plan.add_dir(&dir, PlannedDir { unheld, ..PlannedDir::new(path, effective, Some(old)) }, None);
     }
     match old {
         Err(d) => plan.diags.push(*d),
@@ -616,13 +663,12 @@ fn plan_dir(
     known: Option<Swept>,
 ) {
     let Some((path, target, display, old, parsed)) = open_dir_known(plan, at, dir, units, known) else { return };
-    plan.before.insert(dir.to_string(), old.clone());
     let parsed = parsed.unwrap_or_else(|| makefile::parse(&old));
     let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
     match emit::splice(&old, &parsed, &block, force).map(|new| moved_into_block(&new)) {
         Ok(new) => {
-            plan.files.insert(dir.to_string(), PlannedFile::new(path.clone(), new.clone()));
-            plan.changes.push(Change { path: target, display, old: Some(old), new: Some(new) });
+            let change = Change { path: target, display, old: Some(old.clone()), new: Some(new.clone()) };
+            plan.add_dir(dir, PlannedDir::new(path.clone(), new, Some(old)), Some(change));
         }
         Err(SpliceError::Markers(line, message)) => plan.diags.push(
             Diagnostic::error(Code::BadMarker, message).at(Location::at_line(&path, &old, line)).hint(
@@ -687,9 +733,9 @@ pub fn plan_fragments(policy: &Policy, rules: &Rules, out: &Path, command: &str,
         let text = emit::render_fragment(units, rules, command, policy_name, dir);
         let Some(old) = old_fragment(&path, &mut plan.diags) else { continue };
         let display = path.strip_prefix(out).unwrap_or(&path).display().to_string();
-        plan.files.insert(dir.to_string(), PlannedFile::new(path.clone(), text.clone()));
         wanted.push(path.clone());
-        plan.changes.push(Change { path, display, old, new: Some(text) });
+        let change = Change { path: path.clone(), display, old, new: Some(text.clone()) };
+        plan.add_dir(dir, PlannedDir::new(path, text, None), Some(change));
     }
     for entry in WalkDir::new(out).sort_by_file_name().into_iter().filter_map(Result::ok) {
         let path = entry.path();

@@ -176,7 +176,7 @@ pub fn explain_for(
         .map(|(i, r)| (i, r.exempt.iter().all(|(id, _)| states[id].as_ref().is_none_or(State::is_off))))
         .collect();
     // What the policy would make of it, where that is not what the tree says now.
-    let planned = plan.and_then(|p| p.files.get(&path.kbuild_dir)).filter(|f| disk.is_some_and(|d| d != f.text));
+    let planned = plan.and_then(|p| p.file(&path.kbuild_dir)).filter(|f| disk.is_some_and(|d| d != f.text));
     let planned = planned.map(|f| f.parsed());
     let drift = match planned {
         None => Vec::new(),
@@ -235,7 +235,7 @@ fn prepare<'a>(
 fn home(tree: Option<&Path>, plan: Option<&Plan>, path: UnitPath) -> UnitPath {
     let (Some(tree), Some(_)) = (tree, &path.object) else { return path };
     let has_file = |dir: &Path| {
-        plan.is_some_and(|p| dir.to_str().is_some_and(|d| p.files.contains_key(d)))
+        plan.is_some_and(|p| dir.to_str().is_some_and(|d| p.file(d).is_some()))
             || kbuild_file(&tree.join(dir)).is_some()
     };
     let mut dir = Path::new(&path.kbuild_dir);
@@ -298,8 +298,8 @@ fn file_for(
     dir: &str,
 ) -> (KbuildFile, Option<PathBuf>, Option<String>) {
     if let Some(path) = tree.and_then(|t| kbuild_file(&t.join(dir))) {
-        let mut text = match plan.and_then(|p| p.before.get(dir)) {
-            Some(before) => before.clone(),
+        let mut text = match plan.and_then(|p| p.before(dir)) {
+            Some(before) => before.to_string(),
             None => read_kbuild(&path).unwrap_or_default(),
         };
         if policy.layout == crate::policy::Layout::Central {
@@ -311,7 +311,7 @@ fn file_for(
         }
         return (makefile::parse(&text), Some(path), Some(text));
     }
-    if let Some(f) = plan.and_then(|p| p.files.get(dir)) {
+    if let Some(f) = plan.and_then(|p| p.file(dir)) {
         return (f.parsed().clone(), Some(f.path.clone()), None);
     }
     (policy.units_by_dir().get(dir).map(|units| dir_file(units, rules)).unwrap_or_default(), None, None)
