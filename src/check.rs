@@ -266,8 +266,8 @@ fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
 
 /// A policy line that a later construct of its file names again (`$(eval KASAN_SANITIZE_a.o
 /// := y)` after the generated block): make reads what the construct sets, so the unit's value
-/// may not be what Kbuild uses. Only constructs whose assigned names are read are judged here
-/// (an `include` or a fully computed `$(eval)` may set anything: `explain` says "not
+/// may not be what Kbuild uses. Only constructs that name the variable literally are judged
+/// here (an `include` or a computed name may set anything or one of many: `explain` says "not
 /// certain" for those, and requirements report them as `opaque-construct` already). A unit
 /// that a requirement covers is left to the requirement's finding, so one cause is one finding.
 fn overridden_units(policy: &Policy, plan: &Plan, diags: &mut Diagnostics) {
@@ -289,8 +289,12 @@ fn overridden_units(policy: &Policy, plan: &Plan, diags: &mut Diagnostics) {
                 .requirements
                 .iter()
                 .any(|r| r.path.text == unit.path.text && r.exempt.iter().any(|(m, _)| *m == d.mech));
-            let later =
-                |o: &&crate::makefile::Opaque| o.line > a.end_line && o.names.is_some() && o.may_assign(&a.name);
+            // Names it by the letter: a computed name (`$(eval CFLAGS_$(file) = …)` over
+            // lib/Makefile's libfdt objects) may be any of many, which `explain` says.
+            let names_it = |o: &crate::makefile::Opaque| {
+                o.names.as_ref().is_some_and(|n| n.iter().any(|p| !p.computed && p.literal == a.name))
+            };
+            let later = |o: &&crate::makefile::Opaque| o.line > a.end_line && names_it(o);
             let Some(o) = parsed.opaque.iter().find(later).filter(|_| !required) else { continue };
             diags.push(
                 Diagnostic::error(

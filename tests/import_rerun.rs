@@ -146,8 +146,8 @@ fn blocks_that_cannot_be_read_back_are_refused_before_writing() {
         ("hand-edited block", generated.replace(":= n", ":= y"), "hand-edited-block", 1),
         ("block inside a conditional", format!("ifdef CONFIG_X\n{generated}endif\n"), "bad-marker", 1),
         (
-            "generated line set again outside",
-            format!("{generated}KASAN_SANITIZE_a.o := y\n"),
+            "generated line set again outside, under a condition",
+            format!("{generated}ifdef CONFIG_X\nKASAN_SANITIZE_a.o := y\nendif\n"),
             "conflicting-directive",
             3,
         ),
@@ -163,6 +163,14 @@ fn blocks_that_cannot_be_read_back_are_refused_before_writing() {
         assert!(err.contains("nothing was written"), "{what}: {err}");
         assert_eq!(before.differences(&Fingerprint::of(tree.path())), Vec::<String>::new(), "{what}");
     }
+    // Set again outside by a plain line: make reads the last line, and so does the import, which
+    // moves that value into the block (the block layout owns the variable).
+    let tree = small_tree(&format!("{generated}KASAN_SANITIZE_a.o := y\n"));
+    let out = adopt(tree.path(), false);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let makefile = fs::read_to_string(tree.path().join("lib/Makefile")).unwrap();
+    assert_eq!(makefile.matches("KASAN_SANITIZE_a.o").count(), 1, "{makefile}");
+    assert!(makefile.contains("KASAN_SANITIZE_a.o := y\n# END sanpolicy"), "{makefile}");
 }
 
 // ---- the real 6.12 tree ------------------------------------------------------------------------
