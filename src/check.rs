@@ -383,15 +383,26 @@ pub fn placeholder_errors(policy: &Policy) -> Diagnostics {
 }
 
 /// Every per-object unit must name an object that has a source (or a local rule building it).
+/// One finding per path: units of one object with different reasons (6.12's
+/// `arch/x86/kernel/cpu/perf_event.o`, ftrace and KCOV) are one dead name, listed once at the
+/// first unit, the others named in its label.
 fn sources(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, diags: &mut Diagnostics) {
+    let mut reported: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for unit in &policy.units {
         let Some(object) = &unit.path.object else { continue };
+        if let Some(&at) = reported.get(unit.path.text.as_str()) {
+            let d = &mut diags.0[at];
+            let label = d.label.take().unwrap_or_default();
+            d.label = Some(format!("{label}; also the unit at {}", unit.location));
+            continue;
+        }
         let dir = tree.join(&unit.path.kbuild_dir);
         let makefile_text = plan.file(&unit.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or("");
         let naming = unit.settings.keys().next().map_or(crate::kbuild::Naming::TargetStem, |id| rules.naming(*id));
         let found = has_source(&dir, object, &unit.vars, makefile_text, naming);
         if !found && dir.is_dir() {
             let variants = expand_variants(object, &unit.vars);
+            reported.insert(&unit.path.text, diags.0.len());
             diags.push(
                 Diagnostic::error(Code::MissingSource, format!("no source for `{}`", unit.path.text))
                     .at(unit.location.clone())

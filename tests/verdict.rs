@@ -517,3 +517,27 @@ fn a_flags_only_change_is_told_apart_by_which_side_made_it() {
     follow_until_green(p, "hand edit taken");
     assert!(read(p, POLICY).contains("ftrace = \"-pg\""), "{}", read(p, POLICY));
 }
+
+/// Two units of one dead object name (6.12's `arch/x86/kernel/cpu/perf_event.o` has an ftrace
+/// and a KCOV unit, each with its reason) are one finding, not the same line twice.
+#[test]
+fn one_dead_object_with_two_units_is_one_finding() {
+    let makefile =
+        "obj-y := a.o b.o\n\n# Tracing.\nCFLAGS_REMOVE_gone.o = -pg\n\n# Coverage.\nKCOV_INSTRUMENT_gone.o := n\n";
+    let t = rules_tree("sanpolicy-verdict-", makefile);
+    let p = t.path();
+    ok(p, &["import", "--adopt"]);
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert_eq!(check.stderr.matches("error[missing-source]").count(), 1, "{}", check.stderr);
+    assert!(check.stderr.contains("also the unit at ./sanitizer-policy.toml:"), "{}", check.stderr);
+    // One acknowledgement of the path keeps it.
+    let policy = read(p, POLICY);
+    fs::write(
+        p.join(POLICY),
+        format!("{policy}\n[[acknowledge]]\ncode = \"missing-source\"\npath = \"lib/gone.o\"\nwhy = \"upstream's dead lines\"\n"),
+    )
+    .unwrap();
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 0, "{}", check.both());
+}
