@@ -10,7 +10,8 @@
 //! (b) and (c), explain and requirements against make, are the make-judged tests'
 //! (`tests/make_agreement.rs`, `tests/kernel_object.rs`, `tests/round_trip.rs`).
 //!
-//! `SANPOLICY_DIFF_CASES` (default 2,000: issue 18's bar) and `SANPOLICY_DIFF_SEED` (default fixed) choose the
+//! `SANPOLICY_DIFF_CASES` (default 2,000: issue 18's bar), `SANPOLICY_DIFF_SEED` (default fixed) and
+//! `SANPOLICY_DIFF_WORKERS` (default two per core) choose the
 //! cases; a failure prints the seed, the case number and the case, and
 //! `SANPOLICY_DIFF_SEED=S SANPOLICY_DIFF_ONLY=N cargo test --test differential` replays it.
 
@@ -383,7 +384,7 @@ fn every_command_agrees_with_the_others_over_generated_cases() {
     let failures = std::sync::Mutex::new(Vec::new());
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
-        for _ in 0..2 {
+        for _ in 0..workers() {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some((n, case)) = todo.get(i) else { break };
@@ -409,4 +410,11 @@ fn every_command_agrees_with_the_others_over_generated_cases() {
         );
     }
     eprintln!("{} cases agree (seed {seed})", todo.len());
+}
+
+/// Worker threads: `SANPOLICY_DIFF_WORKERS`, else two per core (each case mostly waits on the
+/// processes it starts).
+fn workers() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::env::var("SANPOLICY_DIFF_WORKERS").ok().and_then(|s| s.parse().ok()).unwrap_or(2 * cores)
 }
