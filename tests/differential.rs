@@ -7,8 +7,15 @@
 //!     policy byte-identical;
 //! (e) following `check`'s printed fixes literally reaches a clean state (`check` and
 //!     `gen-makefiles --check` pass) within three rounds.
-//! (b) and (c), explain and requirements against make, are the make-judged tests'
-//! (`tests/make_agreement.rs`, `tests/kernel_object.rs`, `tests/round_trip.rs`).
+//! (b) explain's state per object and mechanism is GNU make's on the disk tree (after the edits,
+//!     and again at the clean end), or explain says it is not certain: make reads the
+//!     directory's kbuild file (and, in the central layout, the central file after it, as
+//!     `scripts/Makefile.build` does) and prints each object's per-object and directory values;
+//!     by Kbuild's rule (`$(patsubst n%,,…)` over their concatenation) a value starting with `n`
+//!     is off and any other set value on; unset is the kernel default, judged by
+//!     `tests/make_agreement.rs`.
+//! (c), requirements against make, is `tests/kernel_object.rs`' and `tests/round_trip.rs`' (no
+//! generated case has a requirement that applies to its objects).
 //!
 //! `SANPOLICY_DIFF_CASES` (default 2,000: issue 18's bar), `SANPOLICY_DIFF_SEED` (default fixed) and
 //! `SANPOLICY_DIFF_WORKERS` (default two per core) choose the
@@ -319,6 +326,9 @@ fn check_case(case: &Case, scratch: &Path) -> Result<(), String> {
         ));
     }
 
+    // (b) explain against make, on the edited tree.
+    explain_agrees_with_make(&tree).map_err(|e| format!("(b) after the edits: {e}"))?;
+
     // (d) sync in the work tree.
     let before = fs::read(tree.join("sanitizer-policy.toml")).unwrap();
     let sync = sanpolicy(&tree, &["sync"]);
@@ -348,7 +358,7 @@ fn check_case(case: &Case, scratch: &Path) -> Result<(), String> {
         let check = sanpolicy(&tree, &["check"]);
         let ci = sanpolicy(&tree, &["gen-makefiles", "--check"]);
         if check.code == 0 && ci.code == 0 {
-            return Ok(());
+            return explain_agrees_with_make(&tree).map_err(|e| format!("(b) at the clean end:\n{log}{e}"));
         }
         if round == 3 {
             return Err(format!(
@@ -371,6 +381,66 @@ fn check_case(case: &Case, scratch: &Path) -> Result<(), String> {
         }
     }
     unreachable!()
+}
+
+/// (b): `explain --format json` on every object of `lib/` against make's reading of the tree.
+fn explain_agrees_with_make(tree: &Path) -> Result<(), String> {
+    let paths: Vec<String> = OBJECTS.iter().map(|o| format!("lib/{o}.o")).collect();
+    let mut args = vec!["explain", "--format", "json"];
+    args.extend(paths.iter().map(String::as_str));
+    let explained = sanpolicy(tree, &args);
+    if explained.code != 0 {
+        return Err(format!("explain exited {}: {}", explained.code, explained.text));
+    }
+    let json_start = explained.text.find('[').unwrap_or(0);
+    let mut stream = serde_json::Deserializer::from_str(&explained.text[json_start..]).into_iter::<serde_json::Value>();
+    let json = match stream.next() {
+        Some(Ok(v)) => v,
+        _ => return Err(format!("explain printed no JSON: {}", explained.text)),
+    };
+    // Make, as scripts/Makefile.build reads a directory: its kbuild file, then the central file.
+    let mut probe =
+        String::from("obj := lib\nsrctree := .\ninclude lib/Makefile\n-include scripts/Makefile.sanpolicy\n");
+    probe.push_str("probe:\n");
+    for o in OBJECTS {
+        for (name, var) in MECHS {
+            probe.push_str(&format!("\t@$(info {o} {name} [$({var}_{o}.o)$({var})])\n"));
+        }
+    }
+    let probe_file = tree.join("sanpolicy-diff-probe.mk");
+    fs::write(&probe_file, probe).unwrap();
+    let made = run(tree, "make", &["-s", "-r", "-R", "--no-print-directory", "-f", "sanpolicy-diff-probe.mk", "probe"]);
+    fs::remove_file(&probe_file).unwrap();
+    if made.code != 0 {
+        return Err(format!("make failed: {}", made.text));
+    }
+    for line in made.text.lines() {
+        let mut words = line.splitn(3, ' ');
+        let (Some(object), Some(mech), Some(value)) = (words.next(), words.next(), words.next()) else { continue };
+        let value = value.trim_start_matches('[').trim_end_matches(']').trim();
+        if value.is_empty() {
+            continue; // the kernel default: tests/make_agreement.rs
+        }
+        let make_on = !value.starts_with('n');
+        let entry = json
+            .as_array()
+            .and_then(|objects| objects.iter().find(|o| o["object"] == format!("lib/{object}.o")))
+            .and_then(|o| o["mechanisms"].as_array())
+            .and_then(|ms| ms.iter().find(|m| m["mechanism"] == mech));
+        let Some(entry) = entry else { return Err(format!("explain says nothing of lib/{object}.o {mech}")) };
+        if entry["certain"] == false {
+            continue;
+        }
+        let said = entry["state"].as_str().unwrap_or("");
+        if said != if make_on { "on" } else { "off" } {
+            return Err(format!(
+                "explain says lib/{object}.o {mech} is {said}, make reads `{value}` ({}):\n{}",
+                if make_on { "on" } else { "off" },
+                serde_json::to_string_pretty(entry).unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[test]
