@@ -221,13 +221,12 @@ fn not_applicable(req: &Requirement, rules: &Rules, tree: &Path, plan: &Plan) ->
 fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
     let _ = rules;
     for (dir, file) in plan.files() {
-        let Some(before) = plan.before(dir) else { continue };
-        let parsed = makefile::parse(before);
+        let (Some(before), Some(parsed)) = (plan.before(dir), plan.before_parsed(dir)) else { continue };
         let lines = crate::diagnostic::LineIndex::new(before);
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
             // Every line a policy cannot hold, by the one answer import and gen-makefiles use.
-            let Some(why) = crate::policy::holdable(&parsed, a, d).err().filter(|_| !a.in_block) else { continue };
+            let Some(why) = crate::policy::holdable(parsed, a, d).err().filter(|_| !a.in_block) else { continue };
             let path = match &d.object {
                 Some(o) => format!("{dir}/{o}"),
                 None => format!("{dir}/"),
@@ -276,8 +275,10 @@ fn overridden_units(policy: &Policy, plan: &Plan, diags: &mut Diagnostics) {
         return;
     }
     for (dir, units) in policy.units_by_dir() {
-        let (Some(file), Some(before)) = (plan.file(dir), plan.before(dir)) else { continue };
-        let parsed = makefile::parse(before);
+        let (Some(file), Some(before), Some(parsed)) = (plan.file(dir), plan.before(dir), plan.before_parsed(dir))
+        else {
+            continue;
+        };
         let lines = crate::diagnostic::LineIndex::new(before);
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
@@ -285,17 +286,20 @@ fn overridden_units(policy: &Policy, plan: &Plan, diags: &mut Diagnostics) {
             else {
                 continue;
             };
-            let required = policy
-                .requirements
-                .iter()
-                .any(|r| r.path.text == unit.path.text && r.exempt.iter().any(|(m, _)| *m == d.mech));
             // Names it by the letter: a computed name (`$(eval CFLAGS_$(file) = …)` over
             // lib/Makefile's libfdt objects) may be any of many, which `explain` says.
             let names_it = |o: &crate::makefile::Opaque| {
                 o.names.as_ref().is_some_and(|n| n.iter().any(|p| !p.computed && p.literal == a.name))
             };
             let later = |o: &&crate::makefile::Opaque| o.line > a.end_line && names_it(o);
-            let Some(o) = parsed.opaque.iter().find(later).filter(|_| !required) else { continue };
+            let Some(o) = parsed.opaque.iter().find(later) else { continue };
+            let required = policy
+                .requirements
+                .iter()
+                .any(|r| r.path.text == unit.path.text && r.exempt.iter().any(|(m, _)| *m == d.mech));
+            if required {
+                continue;
+            }
             diags.push(
                 Diagnostic::error(
                     Code::OpaqueConstruct,

@@ -175,13 +175,13 @@ fn outside_lines(
     diags: &mut Vec<(Diagnostic, bool)>,
 ) {
     for (dir, planned) in &plan.dirs {
-        let (file, Some(before)) = (&planned.file, planned.before.as_deref()) else { continue };
-        let parsed = crate::makefile::parse(before);
+        let (file, Some(read)) = (&planned.file, planned.before.as_ref()) else { continue };
+        let (before, parsed) = (read.text.as_str(), read.parsed());
         let lines = LineIndex::new(before);
         let inside = parsed.block_names();
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
-            if a.in_block || existing_key(&parsed, a, d, rules).is_none() {
+            if a.in_block || existing_key(parsed, a, d, rules).is_none() {
                 continue;
             }
             let loc = lines.line(&file.path, before, a.line);
@@ -204,7 +204,7 @@ fn outside_lines(
                     false,
                 ));
             } else if inside.contains(a.name.as_str()) {
-                diags.push((conflict(&parsed, a, loc, (&path, d.mech), (base, now), program), false));
+                diags.push((conflict(parsed, a, loc, (&path, d.mech), (base, now), program), false));
             } else {
                 let known = base.has(&path, d.mech) && base.known;
                 let hint = if known {
@@ -290,7 +290,9 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<
     let mut written = written_resets(plan);
     let mut out = Vec::new();
     for (dir, planned) in &plan.dirs {
-        let (file, unheld, Some(before)) = (&planned.file, &planned.unheld, planned.before.as_deref()) else {
+        let (file, unheld, Some(before)) =
+            (&planned.file, &planned.unheld, planned.before.as_ref().map(|b| b.text.as_str()))
+        else {
             continue;
         };
         let lines = LineIndex::new(before);

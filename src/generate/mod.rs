@@ -35,6 +35,12 @@ impl PlannedFile {
     pub fn parsed(&self) -> &KbuildFile {
         self.parsed.get_or_init(|| makefile::parse(&self.text))
     }
+
+    /// The file with the parse planning already made of it (not parsed again on use).
+    fn with_parse(mut self, parsed: KbuildFile) -> PlannedFile {
+        self.parsed = std::sync::OnceLock::from(parsed);
+        self
+    }
 }
 
 /// One directory of a plan: its kbuild file before and after, and what the layout does to it.
@@ -43,9 +49,9 @@ pub struct PlannedDir {
     /// The kbuild file as it would be after writing (central layout: the directory's own file
     /// followed by its section of the central file, which is what Kbuild reads).
     pub file: PlannedFile,
-    /// The kbuild file as the plan read it (on disk, or staged); `None` for a fragment, which
-    /// is sanpolicy's own file.
-    pub before: Option<String>,
+    /// The kbuild file as the plan read it (on disk, or staged), parsed once for every reader
+    /// (drift, `check`'s line findings); `None` for a fragment, which is sanpolicy's own file.
+    pub before: Option<PlannedFile>,
     /// In-place layout: what reconciling the file with the policy changes, keyed by the lines
     /// they are about (drift is exactly these edits).
     pub edits: Vec<emit::inplace::Edit>,
@@ -58,7 +64,14 @@ pub struct PlannedDir {
 
 impl PlannedDir {
     fn new(path: PathBuf, text: String, before: Option<String>) -> PlannedDir {
+        let before = before.map(|b| PlannedFile::new(path.clone(), b));
         PlannedDir { file: PlannedFile::new(path, text), before, edits: Vec::new(), unheld: Vec::new(), change: None }
+    }
+
+    /// Keep planning's parse of the text read, so no reader parses it again.
+    fn read_as(mut self, parsed: KbuildFile) -> PlannedDir {
+        self.before = self.before.map(|b| b.with_parse(parsed));
+        self
     }
 }
 
@@ -86,7 +99,12 @@ impl Plan {
 
     /// The kbuild file of `dir` as the plan read it.
     pub fn before(&self, dir: &str) -> Option<&str> {
-        self.dirs.get(dir).and_then(|d| d.before.as_deref())
+        self.dirs.get(dir).and_then(|d| d.before.as_ref()).map(|b| b.text.as_str())
+    }
+
+    /// The kbuild file of `dir` as the plan read it, parsed (once).
+    pub fn before_parsed(&self, dir: &str) -> Option<&KbuildFile> {
+        self.dirs.get(dir).and_then(|d| d.before.as_ref()).map(PlannedFile::parsed)
     }
 
     /// Every directory's planned file, by directory.
@@ -98,7 +116,7 @@ impl Plan {
     /// requirement held before the policy's change).
     pub fn as_read(&self, tree: &Path) -> Plan {
         let read = |(d, p): (&String, &PlannedDir)| {
-            let text = p.before.clone()?;
+            let text = p.before.as_ref()?.text.clone();
             Some((d.clone(), PlannedDir::new(tree.join(d), text.clone(), Some(text))))
         };
         Plan { dirs: self.dirs.iter().filter_map(read).collect(), ..Plan::default() }
@@ -194,6 +212,7 @@ fn plan_in_place(policy: &Policy, mut at: Site, rules: &Rules, sweep: Option<Swe
         let reconciled = emit::inplace::reconcile(&old, &parsed, units, rules);
         let change = Change { path: target, display, old: Some(old.clone()), new: Some(reconciled.text.clone()) };
         let planned = PlannedDir { edits: reconciled.edits, ..PlannedDir::new(path, reconciled.text, Some(old)) };
+        let planned = planned.read_as(parsed);
         plan.add_dir(dir, planned, Some(change));
     }
     plan
@@ -668,7 +687,7 @@ fn plan_dir(
     match emit::splice(&old, &parsed, &block, force).map(|new| moved_into_block(&new)) {
         Ok(new) => {
             let change = Change { path: target, display, old: Some(old.clone()), new: Some(new.clone()) };
-            plan.add_dir(dir, PlannedDir::new(path.clone(), new, Some(old)), Some(change));
+            plan.add_dir(dir, PlannedDir::new(path.clone(), new, Some(old)).read_as(parsed), Some(change));
         }
         Err(SpliceError::Markers(line, message)) => plan.diags.push(
             Diagnostic::error(Code::BadMarker, message).at(Location::at_line(&path, &old, line)).hint(
