@@ -105,6 +105,43 @@ fn kasan_kernel_boots_clean_then_a_policy_instrumenting_the_kasan_runtime_is_cau
     assert!(named.iter().any(|n| verdict.contains(n)), "{verdict}");
     assert!(stderr.contains("boot FAILED"), "{stderr}");
     say(&format!("boot: the broken policy: {verdict}"));
+
+    // The user's own `.config` (`--config FILE`): this build's, with a local version set as a
+    // user would; the bundled policy again. Kbuild rebuilds what the version and the policy
+    // touch, and the guest's banner names the version: the kernel booted is the user's.
+    let build = Path::new(v["build"].as_str().unwrap());
+    let mine: String = fs::read_to_string(build.join(".config"))
+        .unwrap()
+        .lines()
+        .map(|l| if l.starts_with("CONFIG_LOCALVERSION=") { "CONFIG_LOCALVERSION=\"-mine\"" } else { l })
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    assert!(mine.contains("CONFIG_LOCALVERSION=\"-mine\""), "tinyconfig has CONFIG_LOCALVERSION");
+    let user_config = cache.path().join("user.config");
+    fs::write(&user_config, &mine).unwrap();
+    let start = std::time::Instant::now();
+    let config_arg = user_config.to_str().unwrap();
+    let out = sanpolicy(
+        cache.path(),
+        &["boot", "--tree", tree, "--mechanism", "kasan", "--config", config_arg, "--format", "json"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    say(&format!("boot: the user's .config, incremental rebuild and one boot in {:.0?}", start.elapsed()));
+    let v = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{v:#}");
+    assert_eq!((v["booted"].as_bool(), v["reports"].as_array().map(Vec::len)), (Some(true), Some(0)), "{v:#}");
+    let console = fs::read_to_string(v["console_file"].as_str().unwrap()).unwrap();
+    let banner = console.lines().find(|l| l.contains("Linux version")).expect("the kernel's banner");
+    assert!(banner.contains("-mine "), "the booted kernel is not the user's configuration: {banner}");
+
+    // Without `--config` again, the build directory is the recipe's again, not the user's.
+    let out = sanpolicy(cache.path(), &["boot", "--tree", tree, "--mechanism", "kasan", "--format", "json"]);
+    let v = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{}\n{v:#}", String::from_utf8_lossy(&out.stderr));
+    let console = fs::read_to_string(v["console_file"].as_str().unwrap()).unwrap();
+    let banner = console.lines().find(|l| l.contains("Linux version")).expect("the kernel's banner");
+    assert!(!banner.contains("-mine"), "the recipe's boot kept the user's configuration: {banner}");
+    say(&format!("boot: the recipe again after the user's .config, in {:.0?} since that run", start.elapsed()));
 }
 
 #[test]

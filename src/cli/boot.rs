@@ -80,6 +80,10 @@ pub struct CostArgs {
     /// Boots of each variant, interleaved.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub runs: usize,
+    /// Boots running at once (default under TCG: 2 on two or more cores, since guest time
+    /// counts instructions; under KVM: 1). `--side-by-side 1` boots one at a time.
+    #[arg(long, value_name = "N")]
+    pub side_by_side: Option<usize>,
 }
 
 fn bad(ui: &mut Ui, d: Diagnostic) -> u8 {
@@ -355,8 +359,14 @@ pub fn cost_run(args: &CostArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                 .hint("pass `--runs 5` or more (each run boots both variants)"),
         );
     }
+    if args.side_by_side == Some(0) {
+        return bad(
+            ui,
+            Diagnostic::error(Code::Io, "`--side-by-side 0` boots nothing").hint("pass `--side-by-side 1` or 2"),
+        );
+    }
     let mut show = progress();
-    let c = match runtime::cost(&o, &args.unit, args.runs, &mut show) {
+    let c = match runtime::cost(&o, &args.unit, args.runs, args.side_by_side, &mut show) {
         Ok(c) => c,
         Err(f) => return failed(ui, f),
     };
@@ -405,6 +415,7 @@ fn cost_json(c: &runtime::Cost) -> Value {
         "policy": setting(c.flip.before),
         "flipped": setting(Some(c.flip.after)),
         "runs": c.runs,
+        "side_by_side": c.side_by_side,
         "accelerator": c.accel.as_str(),
         "accelerator_why": c.accel_why,
         "build": c.place.build.display().to_string(),
@@ -435,11 +446,12 @@ fn cost_text(c: &runtime::Cost) -> String {
         if c.differing.is_empty() { "none".into() } else { c.differing.join(", ") }
     ));
     s.push_str(&format!(
-        "{} boots of each ({}: {}; guest time{}), counted: {} instrumented, {} exempt\n",
+        "{} boots of each ({}: {}; guest time{}; {} at once), counted: {} instrumented, {} exempt\n",
         c.runs,
         c.accel.as_str(),
         c.accel_why,
         if c.accel == runtime::qemu::Accel::Tcg { " counted in executed instructions" } else { "" },
+        c.side_by_side,
         c.sys.instrumented.len(),
         c.sys.exempt.len()
     ));

@@ -104,9 +104,12 @@ fn is_build_of(tree: &Path, build: &Path) -> bool {
     linked && includes
 }
 
-/// Configure (when needed) and build `tree` in `build` for `runtime`, with the call graph.
+/// Configure (when needed) and build `tree` in `build` for `runtime`: with gcc's call graph, or
+/// with clang (whose call edges derive reads from the objects).
 pub fn ensure(tree: &Path, build: &Path, runtime: &Runtime, jobs: usize) -> Result<Built, Failure> {
-    let recipe = Recipe { config: &runtime.config, make: &[KCFLAGS, target(tree)], log: LOG, again: "derive" };
+    let goal = target(tree);
+    let make: &[&str] = if runtime.config.clang { &[goal] } else { &[KCFLAGS, goal] };
+    let recipe = Recipe { config: &runtime.config, make, log: LOG, again: "derive" };
     ensure_with(tree, build, &recipe, jobs)
 }
 
@@ -117,6 +120,9 @@ pub fn ensure_with(tree: &Path, build: &Path, recipe: &Recipe, jobs: usize) -> R
         message: format!("cannot resolve the build directory `{}`: {e}", build.display()),
         hint: "pass an absolute path with `--build DIR`".into(),
     })?;
+    if recipe.config.clang {
+        clang_installed()?;
+    }
     let log = build.join(recipe.log);
     let mut built = Built { log: log.clone(), ..Built::default() };
     fs::create_dir_all(build).map_err(|e| Failure {
@@ -126,8 +132,9 @@ pub fn ensure_with(tree: &Path, build: &Path, recipe: &Recipe, jobs: usize) -> R
     let mut output = String::new();
     let start = Instant::now();
     let config = build.join(".config");
+    let vars = recipe.config.make_vars();
     if !config.is_file() {
-        make(tree, build, &["tinyconfig"], &mut output, &log, recipe.again)?;
+        make(tree, build, &[vars, &["tinyconfig"]].concat(), &mut output, &log, recipe.again)?;
     }
     let wanted = recipe.config;
     if !configured(&read_text(&config), wanted) {
@@ -139,7 +146,7 @@ pub fn ensure_with(tree: &Path, build: &Path, recipe: &Recipe, jobs: usize) -> R
         }
         let again = recipe.again;
         run(Command::new(tree.join("scripts/config")).args(&args), "scripts/config", &mut output, &log, again)?;
-        make(tree, build, &["olddefconfig"], &mut output, &log, again)?;
+        make(tree, build, &[vars, &["olddefconfig"]].concat(), &mut output, &log, again)?;
         let text = read_text(&config);
         if let Some(missing) = wanted.require.iter().find(|s| !is_set(&text, s)) {
             return Err(Failure {
@@ -157,6 +164,7 @@ pub fn ensure_with(tree: &Path, build: &Path, recipe: &Recipe, jobs: usize) -> R
     let start = Instant::now();
     let jobs = format!("-j{jobs}");
     let mut args = vec![jobs.as_str()];
+    args.extend(vars);
     args.extend(recipe.make);
     make(tree, build, &args, &mut output, &log, recipe.again)?;
     built.objects = compiled(&output);
@@ -165,6 +173,20 @@ pub fn ensure_with(tree: &Path, build: &Path, recipe: &Recipe, jobs: usize) -> R
     built.steps.push((format!("make {}", goals.join(" ")), start.elapsed()));
     write_log(&log, &output);
     Ok(built)
+}
+
+/// `LLVM=1` needs clang, lld and the LLVM binutils; a missing one is said before make runs.
+fn clang_installed() -> Result<(), Failure> {
+    for tool in ["clang", "ld.lld", "llvm-ar", "llvm-nm", "llvm-objcopy"] {
+        let found = Command::new(tool).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+        if !found.is_ok_and(|s| s.success()) {
+            return Err(Failure {
+                message: format!("`{tool}` is not installed: this configuration builds with clang (`LLVM=1`)"),
+                hint: "install clang, lld and llvm (`apt-get install clang lld llvm`)".into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The objects of make's `CC` lines (`  CC      kernel/locking/lockdep.o`).

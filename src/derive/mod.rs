@@ -9,6 +9,7 @@ pub mod build;
 pub mod callgraph;
 pub mod elf;
 pub mod graph;
+pub mod objcalls;
 pub mod render;
 pub mod runtimes;
 
@@ -150,13 +151,36 @@ pub struct Derivation {
     pub objects_compiled: Option<usize>,
 }
 
-/// Analyse `build` (already built from `tree`) for `runtime`.
+/// Where the call edges come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edges {
+    /// gcc's `.ci` files (`-fcallgraph-info`).
+    Gcc,
+    /// The objects' machine code ([`objcalls`]): clang's builds, which have no `.ci`.
+    MachineCode,
+}
+
+/// Analyse `build` (already built from `tree`) for `runtime`, with the call edges its compiler
+/// gives (the `.config`'s `CONFIG_CC_IS_CLANG`).
 pub fn analyse(
     tree: &Path,
     build: &Path,
     runtime: &Runtime,
     rules: &Rules,
     requirements: &[Requirement],
+) -> Result<Derivation, Failure> {
+    analyse_with(tree, build, runtime, rules, requirements, None)
+}
+
+/// [`analyse`] with the edges' source chosen (`None`: by the build's compiler). A gcc build has
+/// both, which is how the machine-code reader is judged against gcc's own call graph.
+pub fn analyse_with(
+    tree: &Path,
+    build: &Path,
+    runtime: &Runtime,
+    rules: &Rules,
+    requirements: &[Requirement],
+    edges: Option<Edges>,
 ) -> Result<Derivation, Failure> {
     let mut timings = Vec::new();
     let start = Instant::now();
@@ -170,7 +194,12 @@ pub fn analyse(
         Some(d) => Some(d.objects().filter(|(_, b)| *b == Built::Y).map(|(o, _)| o.to_string()).collect()),
         None => linked_objects(build)?,
     };
-    let units = load_units(tree, build, linked.as_ref())?;
+    // clang writes no call graph: its edges are read from the objects' machine code.
+    let clang = config.as_ref().is_some_and(|c| c.get("CONFIG_CC_IS_CLANG") == "y");
+    let units = match edges.unwrap_or(if clang { Edges::MachineCode } else { Edges::Gcc }) {
+        Edges::MachineCode => object_units(tree, build, linked.as_ref())?,
+        Edges::Gcc => load_units(tree, build, linked.as_ref())?,
+    };
     let g = Graph::build(&units, &|name| runtime.is_hook(name));
     drop(units);
     timings.push(("call graph".into(), start.elapsed()));
@@ -326,6 +355,43 @@ fn load_units(
                 path.display(),
                 path.with_extension("o").display()
             ),
+        })?;
+        Ok((object.clone(), unit))
+    })
+}
+
+/// The call graph of every object linked into vmlinux that was compiled from C (the objects gcc
+/// would have written a `.ci` for), read from its machine code ([`objcalls`]); sorted by path.
+fn object_units(
+    tree: &Path,
+    build: &Path,
+    linked: Option<&std::collections::HashSet<String>>,
+) -> Result<Vec<(String, callgraph::Unit)>, Failure> {
+    let mut objects: Vec<String> = walkdir::WalkDir::new(build)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_type().is_dir() && e.path().extension().is_some_and(|x| x == "o"))
+        .filter_map(|e| e.path().strip_prefix(build).ok()?.to_str().map(str::to_string))
+        .filter(|o| linked.is_none_or(|l| l.contains(o)))
+        .filter(|o| !o.starts_with(".tmp") && !o.ends_with(".mod.o") && o != "vmlinux.o")
+        .filter(|o| tree.join(Path::new(o).with_extension("c")).is_file())
+        .collect();
+    objects.sort();
+    if objects.is_empty() {
+        return Err(Failure {
+            message: format!("no objects compiled from C under `{}`", build.display()),
+            hint: format!("build the tree first: `make -C {} O={} LLVM=1`", tree.display(), build.display()),
+        });
+    }
+    parallel(&objects, |object| {
+        let path = build.join(object);
+        let bytes = read_built(&path)?.ok_or_else(|| Failure {
+            message: format!("`{}` went away while derive read the build", path.display()),
+            hint: "run derive again when no other build runs in that directory".into(),
+        })?;
+        let unit = objcalls::unit(&bytes, object).map_err(|e| Failure {
+            message: format!("`{}`: cannot read its calls: {e}", path.display()),
+            hint: format!("remove `{}` and run derive again to rebuild it", path.display()),
         })?;
         Ok((object.clone(), unit))
     })

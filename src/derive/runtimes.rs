@@ -16,12 +16,15 @@ pub struct Stop {
     pub why: String,
 }
 
-/// Kconfig symbols (without `CONFIG_`) for `scripts/config`, and those that must end up `y`.
+/// Kconfig symbols (without `CONFIG_`) for `scripts/config`, and those that must end up `y`;
+/// and the compiler, which Kbuild takes from make's command line (`LLVM=1`), not the `.config`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {
     pub enable: Vec<String>,
     pub disable: Vec<String>,
     pub require: Vec<String>,
+    /// `compiler = "clang"`: every make call gets `LLVM=1` (clang, lld and the LLVM binutils).
+    pub clang: bool,
 }
 
 /// One mechanism's runtime.
@@ -126,7 +129,12 @@ fn config(t: &Table) -> Result<Config, String> {
     let c = item.as_table_like().ok_or("`config` must be a table")?;
     let list =
         |key: &str| -> Result<Vec<String>, String> { c.get(key).map_or(Ok(Vec::new()), |v| string_list(v, key)) };
-    Ok(Config { enable: list("enable")?, disable: list("disable")?, require: list("require")? })
+    let clang = match c.get("compiler").map(|v| v.as_str().ok_or("`compiler` must be a string")).transpose()? {
+        None | Some("gcc") => false,
+        Some("clang") => true,
+        Some(other) => return Err(format!("unknown `compiler` `{other}`: use \"gcc\" or \"clang\"")),
+    };
+    Ok(Config { enable: list("enable")?, disable: list("disable")?, require: list("require")?, clang })
 }
 
 impl Config {
@@ -141,6 +149,17 @@ impl Config {
             enable: join(&self.enable, &more.enable),
             disable: join(&self.disable, &more.disable),
             require: join(&self.require, &more.require),
+            clang: self.clang || more.clang,
+        }
+    }
+
+    /// make's variables for this configuration, on every make call (configure and build alike:
+    /// without `LLVM=1` Kbuild would configure the tree again for gcc).
+    pub fn make_vars(&self) -> &'static [&'static str] {
+        if self.clang {
+            &["LLVM=1"]
+        } else {
+            &[]
         }
     }
 }
@@ -198,7 +217,10 @@ mod tests {
         assert!(kasan.stop_for("__schedule").is_some() && kasan.stop_for("kasan_report.cold").is_some());
         assert!(kasan.stops.iter().all(|s| !s.why.is_empty()));
         let kmsan = all.iter().find(|r| r.mech.get().name == "kmsan").unwrap();
-        assert!(kmsan.unsupported.as_deref().unwrap().contains("clang"));
+        assert!(kmsan.unsupported.is_none() && kmsan.config.clang && !kasan.config.clang);
+        assert_eq!(kmsan.config.make_vars(), ["LLVM=1"]);
+        assert!(kmsan.is_hook("__msan_metadata_ptr_for_load_8") && kmsan.is_entry_name("kmsan_slab_alloc"));
+        assert!(kmsan.stop_for("kmsan_init_runtime").is_some() && kmsan.stop_for("kmsan_report").is_some());
     }
 
     #[test]
@@ -221,5 +243,7 @@ mod tests {
         assert!(e.contains("unknown mechanism `kasn`"), "{e}");
         let e = parse("[[runtime]]\nmechanism = \"kasan\"\nfiles = [\"a/\"]\nentries = [\"x\"]\nhooks = [\"y\"]\n[[runtime.stop]]\nfunctions = [\"f\"]\n").unwrap_err();
         assert!(e.contains("non-empty `why`"), "{e}");
+        let e = parse("[[runtime]]\nmechanism = \"kasan\"\nfiles = [\"a/\"]\nentries = [\"x\"]\nhooks = [\"y\"]\nconfig.compiler = \"icc\"\n").unwrap_err();
+        assert!(e.contains("unknown `compiler` `icc`"), "{e}");
     }
 }

@@ -164,11 +164,19 @@ pub struct Kernel {
 pub fn build_kernel(o: &Options, p: &Place, label: &str) -> Result<Kernel, Failure> {
     let config = recipe_config(&o.runtime, o.preempt_rt)?;
     let config = match &o.config {
-        None => config,
+        None => {
+            recipe_again(&p.build)?;
+            config
+        }
         Some(user) => {
             use_user_config(user, &p.build)?;
-            // The user's configuration is taken as it is: only the requirements are checked.
-            Config { enable: Vec::new(), disable: Vec::new(), require: config.require }
+            // The user's configuration is taken as it is: only the requirements are checked,
+            // and its compiler is the one make is told to use (a clang `.config` built without
+            // `LLVM=1` would be configured again for gcc).
+            let text =
+                crate::input::read_to_string(&p.build.join(".config"), crate::input::KBUILD_LIMIT).unwrap_or_default();
+            let clang = build::is_set(&text, "CC_IS_CLANG");
+            Config { enable: Vec::new(), disable: Vec::new(), require: config.require, clang }
         }
     };
     let recipe = Recipe { config: &config, make: &["bzImage"], log: LOG, again: "boot" };
@@ -180,6 +188,29 @@ pub fn build_kernel(o: &Options, p: &Place, label: &str) -> Result<Kernel, Failu
     copy(&p.build.join("System.map"), &system_map)?;
     Ok(Kernel { image, system_map, compiled: built.objects, steps: built.steps })
 }
+
+/// A build directory a `--config` run left holding the user's `.config` is configured from the
+/// recipe again (`tinyconfig` up): otherwise the recipe's check, which only asks that its
+/// symbols be set, would take the user's configuration (its local version, its drivers) for
+/// its own. Kbuild then rebuilds only the objects whose options changed.
+fn recipe_again(build: &Path) -> Result<(), Failure> {
+    let last = build.join(USER_CONFIG);
+    if !last.exists() {
+        return Ok(());
+    }
+    for f in [build.join(".config"), last] {
+        match fs::remove_file(&f) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(fail(format!("cannot remove `{}`: {e}", f.display()), "pass a writable `--build DIR`"))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Where the last `--config` run kept the user's `.config`, in the build directory.
+const USER_CONFIG: &str = "sanpolicy-user.config";
 
 /// The user's `.config` becomes the build's when it changed since the last run.
 fn use_user_config(user: &Path, build: &Path) -> Result<(), Failure> {
@@ -194,7 +225,7 @@ fn use_user_config(user: &Path, build: &Path) -> Result<(), Failure> {
     }
     fs::create_dir_all(build)
         .map_err(|e| fail(format!("cannot create `{}`: {e}", build.display()), "pass a writable `--build DIR`"))?;
-    let last = build.join("sanpolicy-user.config");
+    let last = build.join(USER_CONFIG);
     if crate::input::read_to_string(&last, 16 << 20).ok().as_deref() != Some(text.as_str()) {
         let write = |p: &Path| crate::output::write_atomic(p, &text);
         write(&build.join(".config")).and_then(|()| write(&last)).map_err(|e| {
@@ -561,6 +592,8 @@ pub struct Cost {
     pub accel: Accel,
     pub accel_why: String,
     pub runs: usize,
+    /// Boots that ran at once.
+    pub side_by_side: usize,
     /// Objects the two builds differ in (compiled again for the second variant).
     pub differing: Vec<String>,
     /// Every boot: (exempt variant?, outcome).
@@ -568,6 +601,25 @@ pub struct Cost {
     pub sys: Figure,
     pub wall: Figure,
     pub timings: Vec<(String, Duration)>,
+}
+
+/// How many boots run at once by default. Under TCG guest time counts executed instructions
+/// (`-icount`), so a second QEMU beside the first moves no guest figure, only the host time,
+/// and each QEMU is one host thread: one boot per core, at most the two of an interleaved pair.
+/// Under KVM guest time is the host's, and boots run one at a time.
+fn side_by_side(accel: Accel) -> usize {
+    match accel {
+        Accel::Tcg => std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 2),
+        Accel::Kvm => 1,
+    }
+}
+
+fn variant(exempt: bool) -> &'static str {
+    if exempt {
+        "exempt"
+    } else {
+        "instrumented"
+    }
 }
 
 /// Objects every relink compiles again whatever changed.
@@ -579,7 +631,14 @@ fn always_rebuilt(object: &str) -> bool {
         || object.contains("vmlinux")
 }
 
-pub fn cost(o: &Options, unit: &str, runs: usize, progress: Progress) -> Result<Cost, Failure> {
+/// `side_by_side`: boots at once (`None`: [`side_by_side`]'s default for the accelerator).
+pub fn cost(
+    o: &Options,
+    unit: &str,
+    runs: usize,
+    side_by_side: Option<usize>,
+    progress: Progress,
+) -> Result<Cost, Failure> {
     check_tools()?;
     let (flipped, flip) = flip(&o.policy, unit, o.runtime.mech)?;
     let mut timings = Vec::new();
@@ -598,22 +657,48 @@ pub fn cost(o: &Options, unit: &str, runs: usize, progress: Progress) -> Result<
     let (accel, accel_why) = accelerator(&p.root, &probe_guest(&kernels[1], &initrd, o));
     // kernels[0] is the flipped one: exempt exactly when the policy instruments the unit.
     let exempt_is_flipped = !flip.policy_exempts();
-    let mut boots = Vec::new();
-    let start = Instant::now();
+    // The queue, interleaved with the order alternating, so drift over the run touches both
+    // variants alike: (kernel index, exempt?, console name).
+    let mut queue = Vec::with_capacity(2 * runs);
     for i in 0..runs {
-        // Interleaved, the order alternating, so drift over the run touches both alike.
-        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
-        for k in order {
+        for k in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
             let exempt = (k == 0) == exempt_is_flipped;
-            progress(&format!(
-                "boot {} of {} ({}, {})",
-                boots.len() + 1,
-                2 * runs,
-                if exempt { "exempt" } else { "instrumented" },
-                accel.as_str()
-            ));
-            let name = format!("cost-{}-{}", if exempt { "exempt" } else { "instrumented" }, i + 1);
-            boots.push((exempt, boot_once(&kernels[k], &initrd, o, accel, &p.build, &name)?));
+            queue.push((k, exempt, format!("cost-{}-{}", if exempt { "exempt" } else { "instrumented" }, i + 1)));
+        }
+    }
+    let side_by_side = side_by_side.unwrap_or_else(|| self::side_by_side(accel)).max(1);
+    let mut boots = Vec::with_capacity(queue.len());
+    let start = Instant::now();
+    for batch in queue.chunks(side_by_side) {
+        let what: Vec<String> = batch
+            .iter()
+            .enumerate()
+            .map(|(j, (_, exempt, _))| {
+                format!("boot {} of {} ({})", boots.len() + j + 1, queue.len(), variant(*exempt))
+            })
+            .collect();
+        progress(&format!(
+            "{} ({}{})",
+            what.join(", "),
+            accel.as_str(),
+            if batch.len() > 1 { ", side by side" } else { "" }
+        ));
+        let outcomes: Vec<Result<Boot, Failure>> = std::thread::scope(|s| {
+            let handles: Vec<_> = batch
+                .iter()
+                .map(|(k, _, name)| {
+                    let kernel = &kernels[*k];
+                    let (initrd, build) = (&initrd, &p.build);
+                    s.spawn(move || boot_once(kernel, initrd, o, accel, build, name))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(fail("a boot thread panicked", "run cost again"))))
+                .collect()
+        });
+        for ((_, exempt, _), outcome) in batch.iter().zip(outcomes) {
+            boots.push((*exempt, outcome?));
         }
     }
     timings.push(("boots".to_string(), start.elapsed()));
@@ -628,7 +713,7 @@ pub fn cost(o: &Options, unit: &str, runs: usize, progress: Progress) -> Result<
         Figure::new(pick(false), pick(true))
     };
     let (sys, wall) = (figure(|p| p.sys), figure(|p| p.wall));
-    Ok(Cost { flip, place: p, accel, accel_why, runs, differing, boots, sys, wall, timings })
+    Ok(Cost { flip, place: p, accel, accel_why, runs, side_by_side, differing, boots, sys, wall, timings })
 }
 
 #[cfg(test)]
