@@ -184,6 +184,7 @@ fn kasan_derivation_on_linux_6_12_finds_lockdep_then_sees_it_exempt() {
 
     let (report, stderr) = derive(&tree, &build, &candidates);
     assert_eq!(report["mechanism"], "kasan");
+    assert_eq!(report["stats"]["edges"], "gcc-callgraph");
     // Issue 21: which objects the build compiles at all, by sanpolicy's descent, against the
     // archives and modules.order of this (pristine) build, for every `.c` of the tree.
     let (differences, [y, m, n]) = kbuild_build::descent_differences(&tree, &build);
@@ -609,7 +610,10 @@ fn kmsan_derivation_with_clang_on_linux_6_12_reaches_the_stack_depot_exempt() {
     let build = scratch.path().join("build-kmsan");
     let candidates = scratch.path().join("derived.toml");
     let (report, stderr) = derive_mechanism("kmsan", lease.tree(), &build, &candidates);
-    assert_eq!(report["mechanism"], "kmsan");
+    assert_eq!(
+        (report["mechanism"].as_str(), report["stats"]["edges"].as_str()),
+        (Some("kmsan"), Some("machine-code"))
+    );
     let config = fs::read_to_string(build.join(".config")).unwrap();
     for line in ["CONFIG_CC_IS_CLANG=y", "CONFIG_KMSAN=y", "CONFIG_PROVE_LOCKING=y"] {
         assert!(config.lines().any(|l| l == line), "{line} not in the build's .config");

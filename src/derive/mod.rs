@@ -149,6 +149,8 @@ pub struct Derivation {
     pub timings: Vec<(String, Duration)>,
     /// Objects Kbuild compiled in this run, when the run built (0: nothing had changed).
     pub objects_compiled: Option<usize>,
+    /// Where the call edges came from.
+    pub edges: Edges,
 }
 
 /// Where the call edges come from.
@@ -158,6 +160,23 @@ pub enum Edges {
     Gcc,
     /// The objects' machine code ([`objcalls`]): clang's builds, which have no `.ci`.
     MachineCode,
+}
+
+impl Edges {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Edges::Gcc => "gcc-callgraph",
+            Edges::MachineCode => "machine-code",
+        }
+    }
+
+    /// How a report says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Edges::Gcc => "call edges from gcc's `-fcallgraph-info`",
+            Edges::MachineCode => "call edges read from the objects' machine code (clang writes no call graph)",
+        }
+    }
 }
 
 /// Analyse `build` (already built from `tree`) for `runtime`, with the call edges its compiler
@@ -196,7 +215,8 @@ pub fn analyse_with(
     };
     // clang writes no call graph: its edges are read from the objects' machine code.
     let clang = config.as_ref().is_some_and(|c| c.get("CONFIG_CC_IS_CLANG") == "y");
-    let units = match edges.unwrap_or(if clang { Edges::MachineCode } else { Edges::Gcc }) {
+    let edges = edges.unwrap_or(if clang { Edges::MachineCode } else { Edges::Gcc });
+    let units = match edges {
         Edges::MachineCode => object_units(tree, build, linked.as_ref())?,
         Edges::Gcc => load_units(tree, build, linked.as_ref())?,
     };
@@ -248,6 +268,7 @@ pub fn analyse_with(
         indirect: indirect(&g, &walk),
         timings: Vec::new(),
         objects_compiled: None,
+        edges,
     };
     d.requirements =
         requirements.iter().map(|r| check_requirement(r, &d, &g, &unstopped, runtime, descent.as_ref())).collect();

@@ -63,7 +63,7 @@ pub fn markdown(d: &Derivation) -> String {
         "The runtime reaches **{} functions in {} objects** outside its own files ({} of its own). \
          {} objects are instrumented ({} functions, {} sites on the runtime's path), {} exempt. \
          {} indirect calls in reached functions are left unresolved (not followed). \
-         Graph: {} functions, {} calls in {} units.\n",
+         Graph: {} functions, {} calls in {} units ({}).\n",
         s.functions_reached,
         s.objects_reached,
         s.runtime_functions_reached,
@@ -74,7 +74,8 @@ pub fn markdown(d: &Derivation) -> String {
         s.indirect_calls,
         s.functions,
         s.calls,
-        s.units
+        s.units,
+        d.edges.describe()
     );
     out.push_str("| # | object | state | sites | functions | indirect | witness |\n|---|---|---|---|---|---|---|\n");
     for (i, f) in d.findings.iter().enumerate() {
@@ -148,6 +149,7 @@ pub fn to_json(d: &Derivation) -> Value {
         "mechanism": d.mechanism,
         "findings": findings,
         "stats": {
+            "edges": d.edges.as_str(),
             "units": s.units,
             "functions": s.functions,
             "calls": s.calls,
