@@ -159,10 +159,10 @@ fn bad_arguments_are_refused_before_anything_is_built() {
     fs::write(tree.join("scripts/config"), "").unwrap();
     fs::write(tree.join("Makefile"), "").unwrap();
     let t = tree.to_str().unwrap();
-    let out = sanpolicy(cache.path(), &["boot", "--tree", t, "--mechanism", "kmsan"]);
+    let out = sanpolicy(cache.path(), &["boot", "--tree", t, "--mechanism", "kasn"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("clang") && stderr.contains("--mechanism kasan"), "{stderr}");
+    assert!(stderr.contains("unknown-mechanism") && stderr.contains("--mechanism kasan"), "{stderr}");
     let out = sanpolicy(cache.path(), &["cost", "kernel/locking/lockdep.o", "--tree", t, "--runs", "1"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
