@@ -425,7 +425,7 @@ fn cost_json(c: &runtime::Cost) -> Value {
         "verdict": c.sys.verdict("sys"),
         "boots": c.boots.iter().map(|(exempt, b)| {
             let mut v = boot_json_one(b);
-            v["variant"] = json!(if *exempt { "exempt" } else { "instrumented" });
+            v["variant"] = json!(runtime::variant(*exempt));
             v["counted"] = json!(b.clean());
             v
         }).collect::<Vec<_>>(),
@@ -457,7 +457,7 @@ fn cost_text(c: &runtime::Cost) -> String {
     ));
     for (exempt, b) in &c.boots {
         if let Some(v) = b.verdict() {
-            s.push_str(&format!("  not counted ({}): {v}\n", if *exempt { "exempt" } else { "instrumented" }));
+            s.push_str(&format!("  not counted ({}): {v}\n", runtime::variant(*exempt)));
         }
     }
     let g = |xs: &[f64]| match (runtime::stats::median(xs), runtime::stats::range(xs)) {

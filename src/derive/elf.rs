@@ -48,15 +48,19 @@ pub fn count(bytes: &[u8], is_hook: &dyn Fn(&str) -> bool) -> Result<Sites, Stri
             }
             sites.total += 1;
             let Some(funcs) = funcs else { continue };
-            let i = funcs.partition_point(|(start, _, _)| *start <= offset);
-            if let Some((_, end, name)) = i.checked_sub(1).map(|i| &funcs[i]) {
-                if offset < *end {
-                    *sites.by_function.entry(name.clone()).or_default() += 1;
-                }
+            if let Some((_, _, name)) = containing(funcs, offset, |(start, end, _)| (*start, *end)) {
+                *sites.by_function.entry(name.clone()).or_default() += 1;
             }
         }
     }
     Ok(sites)
+}
+
+/// The entry of `sorted` (ascending by start) whose `[start, end)` range, as `span` gives it,
+/// holds `address`.
+pub(super) fn containing<T>(sorted: &[T], address: u64, span: impl Fn(&T) -> (u64, u64)) -> Option<&T> {
+    let i = sorted.partition_point(|t| span(t).0 <= address).checked_sub(1)?;
+    (address < span(&sorted[i]).1).then(|| &sorted[i])
 }
 
 /// Names of the functions an object defines (gcc's `foo.cold` parts left out).

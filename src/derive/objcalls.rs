@@ -24,24 +24,19 @@ use object::{
 
 use super::callgraph::{Call, Defined, Unit, INDIRECT};
 
-/// What a branch target named `name` is, beyond an ordinary function.
-fn special(name: &str) -> Option<Special> {
+/// What a branch to the symbol `name` is when it is not a call of that function: a return
+/// through the return thunk, or a call through a pointer by a retpoline.
+fn special(name: &str) -> Option<Target> {
     if name == "__x86_return_thunk" {
-        Some(Special::Return)
-    } else if name.starts_with("__x86_indirect_thunk_")
-        || name.starts_with("__x86_indirect_call_thunk_")
-        || name.starts_with("__x86_indirect_jump_thunk_")
+        Some(Target::Return)
+    } else if ["__x86_indirect_thunk_", "__x86_indirect_call_thunk_", "__x86_indirect_jump_thunk_"]
+        .iter()
+        .any(|p| name.starts_with(p))
     {
-        Some(Special::Indirect)
+        Some(Target::Indirect)
     } else {
         None
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Special {
-    Return,
-    Indirect,
 }
 
 /// A function of the object: its range in its section and its node title.
@@ -166,8 +161,7 @@ fn functions(
 
 /// The function whose range holds `address`, in one section's sorted ranges.
 fn local(funcs: &[Range], address: u64) -> Option<usize> {
-    let i = funcs.partition_point(|r| r.start <= address).checked_sub(1)?;
-    (address < funcs[i].end).then_some(funcs[i].def)
+    super::elf::containing(funcs, address, |r| (r.start, r.end)).map(|r| r.def)
 }
 
 /// The target a branch's relocation names.
@@ -190,9 +184,5 @@ fn relocated(
         return Some(Target::Defined(def));
     }
     let name = sym.name().ok().filter(|n| !n.is_empty())?;
-    Some(match special(name) {
-        Some(Special::Return) => Target::Return,
-        Some(Special::Indirect) => Target::Indirect,
-        None => Target::Name(name.to_string()),
-    })
+    Some(special(name).unwrap_or_else(|| Target::Name(name.to_string())))
 }

@@ -169,12 +169,10 @@ pub fn build_kernel(o: &Options, p: &Place, label: &str) -> Result<Kernel, Failu
             config
         }
         Some(user) => {
-            use_user_config(user, &p.build)?;
             // The user's configuration is taken as it is: only the requirements are checked,
             // and its compiler is the one make is told to use (a clang `.config` built without
             // `LLVM=1` would be configured again for gcc).
-            let text =
-                crate::input::read_to_string(&p.build.join(".config"), crate::input::KBUILD_LIMIT).unwrap_or_default();
+            let text = use_user_config(user, &p.build)?;
             let clang = build::is_set(&text, "CC_IS_CLANG");
             Config { enable: Vec::new(), disable: Vec::new(), require: config.require, clang }
         }
@@ -212,8 +210,8 @@ fn recipe_again(build: &Path) -> Result<(), Failure> {
 /// Where the last `--config` run kept the user's `.config`, in the build directory.
 const USER_CONFIG: &str = "sanpolicy-user.config";
 
-/// The user's `.config` becomes the build's when it changed since the last run.
-fn use_user_config(user: &Path, build: &Path) -> Result<(), Failure> {
+/// The user's `.config` becomes the build's when it changed since the last run; its text.
+fn use_user_config(user: &Path, build: &Path) -> Result<String, Failure> {
     let text = crate::input::read_to_string(user, 16 << 20).map_err(|e| {
         fail(format!("cannot read `{}`: {e}", user.display()), "pass a kernel `.config` with `--config FILE`")
     })?;
@@ -232,7 +230,7 @@ fn use_user_config(user: &Path, build: &Path) -> Result<(), Failure> {
             fail(format!("cannot write into `{}`: {e}", build.display()), "pass a writable `--build DIR`")
         })?;
     }
-    Ok(())
+    Ok(text)
 }
 
 fn artifacts(build: &Path) -> Result<PathBuf, Failure> {
@@ -614,7 +612,8 @@ fn side_by_side(accel: Accel) -> usize {
     }
 }
 
-fn variant(exempt: bool) -> &'static str {
+/// A `cost` variant's name: the unit exempt or instrumented.
+pub fn variant(exempt: bool) -> &'static str {
     if exempt {
         "exempt"
     } else {
@@ -663,7 +662,7 @@ pub fn cost(
     for i in 0..runs {
         for k in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
             let exempt = (k == 0) == exempt_is_flipped;
-            queue.push((k, exempt, format!("cost-{}-{}", if exempt { "exempt" } else { "instrumented" }, i + 1)));
+            queue.push((k, exempt, format!("cost-{}-{}", variant(exempt), i + 1)));
         }
     }
     let side_by_side = side_by_side.unwrap_or_else(|| self::side_by_side(accel)).max(1);
