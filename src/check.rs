@@ -9,10 +9,11 @@
 mod acknowledge;
 pub mod drift;
 pub mod judge;
+mod twice;
 
 use std::path::Path;
 
-use crate::diagnostic::{Code, Diagnostic, Diagnostics};
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Fix};
 use crate::generate::snapshot::Base;
 use crate::generate::Plan;
 use crate::kbuild::descent::{Built, Descent};
@@ -24,16 +25,9 @@ use crate::policy::{expand_variants, Policy, Requirement};
 
 /// Every check; `tree` is `None` when only the policy is checked (the plan then holds the
 /// rendered fragments). `base` is the last generated state (the effective snapshot), which
-/// tells drift's hints which side moved; `program` is how the hints name sanpolicy.
-pub fn run(
-    policy: &Policy,
-    rules: &Rules,
-    tree: Option<&Path>,
-    plan: &Plan,
-    base: &Base,
-    program: &str,
-) -> Diagnostics {
-    run_for(policy, rules, tree, plan, base, program, None)
+/// tells drift's hints which side moved.
+pub fn run(policy: &Policy, rules: &Rules, tree: Option<&Path>, plan: &Plan, base: &Base) -> Diagnostics {
+    run_for(policy, rules, tree, plan, base, None)
 }
 
 /// [`run`], with the requirements judged for the build of `config` (a kernel `.config`) when given.
@@ -43,19 +37,18 @@ pub fn run_for(
     tree: Option<&Path>,
     plan: &Plan,
     base: &Base,
-    program: &str,
     config: Option<&DotConfig>,
 ) -> Diagnostics {
     let mut diags = Diagnostics::default();
     unread_mechanisms(policy, rules, &mut diags);
     placeholder_reasons(policy, &mut diags);
     if let Some(tree) = tree {
-        diags.extend(unknown_symbols(policy, tree));
         sources(policy, rules, tree, plan, &mut diags);
         unmodelled_lines(plan, rules, &mut diags);
+        twice::findings(plan, &mut diags);
         overridden_units(policy, plan, &mut diags);
         rules_file_lines(rules, &mut diags);
-        diags.extend(drift::findings(policy, plan, rules, base, program));
+        diags.extend(drift::findings(policy, plan, rules, base));
     }
     // With a `.config` and a tree: which objects the build compiles at all.
     let descent = match (tree, config) {
@@ -80,7 +73,7 @@ pub fn run_for(
             diags.push(note);
             continue;
         }
-        requirement(req, rules, tree, plan, config, descent.as_ref(), &mut diags);
+        requirement(policy, req, rules, tree, plan, config, descent.as_ref(), &mut diags);
     }
     acknowledge::apply(policy, diags, tree.is_some())
 }
@@ -97,7 +90,7 @@ pub fn requirement_states(policy: &Policy, rules: &Rules, tree: &Path, plan: &Pl
                 return None;
             }
             let mut found = Diagnostics::default();
-            requirement(req, rules, Some(tree), plan, None, None, &mut found);
+            requirement(policy, req, rules, Some(tree), plan, None, None, &mut found);
             let mut failing: Vec<MechId> =
                 found.iter().filter(|d| d.is_error()).filter_map(|d| d.subject.as_ref()?.mechanism).collect();
             failing.dedup();
@@ -141,38 +134,66 @@ fn not_built(req: &Requirement, descent: &Descent) -> Option<Diagnostic> {
 }
 
 /// What writing `plan` would newly break, so `gen-makefiles` refuses it (nothing is written):
-/// a unit that is new since the last generation naming an object with no source, and a
-/// requirement that holds in the tree as it is but not as planned. Findings about lines already
-/// in the tree never block writing.
-pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, base: &Base) -> Diagnostics {
-    let mut out = unknown_symbols(policy, tree);
-    let mut missing = Diagnostics::default();
-    sources(policy, rules, tree, plan, &mut missing);
-    let in_tree = |path: &str| {
-        policy.units.iter().filter(|u| u.path.text == path).any(|u| {
-            let variants = expand_variants(&u.path.text, &u.vars);
-            u.settings.keys().any(|id| variants.iter().any(|v| base.has(v, *id)))
-        })
-    };
-    let missing = acknowledge::apply(policy, missing, true);
-    for d in missing.0.into_iter().filter(|d| d.code == Code::MissingSource) {
-        if d.subject.as_ref().is_some_and(|s| !in_tree(&s.path)) {
-            out.push(Diagnostic { hint: Some("writing this line would add a dead exemption: fix the object name in the policy (or drop the unit)".into()), ..d });
-        }
+/// a line the plan writes for an object with no source (a line already in the tree is the
+/// tree's finding, not the write's), and a requirement that holds in the tree as it is but not
+/// as planned. Judged on what the plan writes against what it read, never on the memory, and
+/// with the policy's acknowledgements applied, as `check` applies them: what `check` accepts,
+/// writing accepts.
+pub fn new_problems(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan) -> Diagnostics {
+    let mut out = Diagnostics::default();
+    let mut found = Diagnostics::default();
+    sources(policy, rules, tree, plan, &mut found);
+    found.0.retain(|d| d.subject.as_ref().is_some_and(|s| !already_named(plan, &s.path)));
+    for d in &mut found.0 {
+        d.hint = Some(
+            "writing this line would add a dead exemption: fix the object name in the policy (or drop the unit)".into(),
+        );
     }
     let before = plan.as_read(tree);
     for req in &policy.requirements {
         let (mut now, mut then) = (Diagnostics::default(), Diagnostics::default());
-        requirement(req, rules, Some(tree), &before, None, None, &mut now);
-        requirement(req, rules, Some(tree), plan, None, None, &mut then);
+        requirement(policy, req, rules, Some(tree), &before, None, None, &mut now);
+        requirement(policy, req, rules, Some(tree), plan, None, None, &mut then);
         for d in then.0 {
-            if !now.iter().any(|n| n.subject == d.subject) {
-                out.push(Diagnostic {
+            if !now.iter().any(|n| n.subject == d.subject && n.code == d.code) {
+                found.push(Diagnostic {
                     message: format!("writing the policy would break a requirement: {}", d.message),
                     ..d
                 });
             }
         }
+    }
+    // Acknowledged, a finding is kept on purpose: writing it is what the policy asks for.
+    let judged = acknowledge::apply(policy, found, false);
+    out.extend(Diagnostics(judged.0.into_iter().filter(Diagnostic::is_error).collect()));
+    out
+}
+
+/// Whether the tree's kbuild file of `path`'s directory, as the plan read it, already names
+/// `path`'s object in a directive: writing then adds no new line for it.
+fn already_named(plan: &Plan, path: &str) -> bool {
+    let (dir, object) = path.rsplit_once('/').unwrap_or(("", path));
+    plan.before_parsed(dir).is_some_and(|f| f.directives().any(|(_, d)| d.object.as_deref() == Some(object)))
+}
+
+/// Planned kbuild files whose conditionals would not balance (an `else` or `endif` without its
+/// `if`, an `if` never closed) where the file as read balanced: make refuses such a file, so
+/// writing it is refused, a sanpolicy bug rather than anything the user wrote.
+pub fn unbalanced(plan: &Plan) -> Diagnostics {
+    let mut out = Diagnostics::default();
+    for (dir, planned) in &plan.dirs {
+        let Some(problem) = makefile::unbalanced(planned.file.parsed()) else { continue };
+        if planned.before.as_ref().is_some_and(|b| makefile::unbalanced(b.parsed()).is_some()) {
+            continue;
+        }
+        out.push(
+            Diagnostic::error(
+                Code::Internal,
+                format!("writing `{dir}`'s kbuild file would leave it unbalanced ({}), which make refuses", problem.1),
+            )
+            .at(crate::diagnostic::Location::at_line(&planned.file.path, &planned.file.text, problem.0))
+            .hint("nothing was written; this is a sanpolicy bug: please report it with the policy's change"),
+        );
     }
     out
 }
@@ -183,8 +204,11 @@ pub fn unknown_symbols(policy: &Policy, tree: &Path) -> Diagnostics {
     if policy.units.iter().all(|u| u.when.is_empty()) {
         return Diagnostics::default();
     }
-    // A tree without any Kconfig file (a partial tree, a test fixture) defines nothing to check
-    // against: the symbols cannot be judged there.
+    // A tree without its top `Kconfig` (a partial tree, a test fixture) does not declare every
+    // symbol: the symbols cannot be judged there.
+    if !tree.join("Kconfig").is_file() {
+        return Diagnostics::default();
+    }
     let defined = crate::kbuild::kconfig::defined_symbols(tree);
     if defined.is_empty() {
         return Diagnostics::default();
@@ -227,6 +251,9 @@ fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
             let a = &parsed.assignments[i];
             // Every line a policy cannot hold, by the one answer import and gen-makefiles use.
             let Some(why) = crate::policy::holdable(parsed, a, d).err().filter(|_| !a.in_block) else { continue };
+            if makefile::overridden_by(parsed, a).is_some() {
+                continue; // `set-twice` names it
+            }
             let path = match &d.object {
                 Some(o) => format!("{dir}/{o}"),
                 None => format!("{dir}/"),
@@ -235,9 +262,9 @@ fn unmodelled_lines(plan: &Plan, rules: &Rules, diags: &mut Diagnostics) {
                 Diagnostic::error(Code::Unrepresentable, format!("`{}` is decided outside the policy: {why}", a.name))
                     .at(lines.line(&file.path, before, a.line))
                     .hint(if makefile::unmodelled(a, d).is_some() {
-                        "rewrite it as a plain line (`NAME := n`, flags without comments or trailing blanks) and run `sanpolicy sync`, or acknowledge it with `[[acknowledge]]` code `unrepresentable`"
+                        crate::hint!["rewrite it as a plain line (`NAME := n`, flags without comments or trailing blanks) and run ", Fix::Sync, ", or acknowledge it with `[[acknowledge]]` code `unrepresentable`"]
                     } else {
-                        "change what the message names (the construct above the line, its condition) so that a policy can hold the line, then run `sanpolicy sync`; or acknowledge it with `[[acknowledge]]` code `unrepresentable`"
+                        crate::hint!["change what the message names (the construct above the line, its condition) so that a policy can hold the line, then run ", Fix::Sync, "; or acknowledge it with `[[acknowledge]]` code `unrepresentable`"]
                     })
                     .about(&path, Some(d.mech)),
             );
@@ -282,17 +309,18 @@ fn overridden_units(policy: &Policy, plan: &Plan, diags: &mut Diagnostics) {
         let lines = crate::diagnostic::LineIndex::new(before);
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
-            let Some(unit) = units.iter().find(|u| u.path.object == d.object && u.settings.contains_key(&d.mech))
-            else {
-                continue;
-            };
             // Names it by the letter: a computed name (`$(eval CFLAGS_$(file) = …)` over
             // lib/Makefile's libfdt objects) may be any of many, which `explain` says.
             let names_it = |o: &crate::makefile::Opaque| {
                 o.names.as_ref().is_some_and(|n| n.iter().any(|p| !p.computed && p.literal == a.name))
             };
             let later = |o: &&crate::makefile::Opaque| o.line > a.end_line && names_it(o);
+            // The construct first: most lines have none, and the units are many.
             let Some(o) = parsed.opaque.iter().find(later) else { continue };
+            let Some(unit) = units.iter().find(|u| u.path.object == d.object && u.settings.contains_key(&d.mech))
+            else {
+                continue;
+            };
             let required = policy
                 .requirements
                 .iter()
@@ -357,8 +385,7 @@ fn unread_mechanisms(policy: &Policy, rules: &Rules, diags: &mut Diagnostics) {
 
 /// Imported units whose tree had no comment still need a reason written by a person.
 fn placeholder_reasons(policy: &Policy, diags: &mut Diagnostics) {
-    let placeholders: Vec<_> =
-        policy.units.iter().filter(|u| u.why.starts_with(crate::policy::PLACEHOLDER_REASON)).collect();
+    let placeholders: Vec<_> = policy.units.iter().filter(|u| crate::policy::is_placeholder(&u.why)).collect();
     if let Some(first) = placeholders.first() {
         diags.push(
             Diagnostic::warning(
@@ -366,7 +393,7 @@ fn placeholder_reasons(policy: &Policy, diags: &mut Diagnostics) {
                 format!("{} unit(s) still lack a real reason", placeholders.len()),
             )
             .at(first.location.clone())
-            .hint("replace each `TODO(sanpolicy import)` reason with why the unit is exempt"),
+            .hint("replace each `TODO(sanpolicy import)` or `TODO(sanpolicy sync)` reason with why the unit is exempt (or forced)"),
         );
     }
 }
@@ -375,11 +402,15 @@ fn placeholder_reasons(policy: &Policy, diags: &mut Diagnostics) {
 /// import placeholder, as an error at its `why`.
 pub fn placeholder_errors(policy: &Policy) -> Diagnostics {
     let mut diags = Diagnostics::default();
-    for unit in policy.units.iter().filter(|u| u.why.starts_with(crate::policy::PLACEHOLDER_REASON)) {
+    for unit in policy.units.iter().filter(|u| crate::policy::is_placeholder(&u.why)) {
         diags.push(
             Diagnostic::error(Code::PlaceholderReason, format!("`{}` has no real reason", unit.path.text))
                 .at(unit.why_location.clone())
-                .label("written by `sanpolicy import` where the tree had no comment")
+                .label(if unit.why.starts_with(crate::policy::FLIPPED_REASON) {
+                    "marked by `sync`: the tree turned the value around, and the reason was written for the other"
+                } else {
+                    "written by `sanpolicy import` where the tree had no comment"
+                })
                 .hint("say why the unit is exempt: what recursion, breakage or cost it avoids"),
         );
     }
@@ -434,7 +465,9 @@ fn file_for<'p>(dir: &str, tree: Option<&Path>, plan: &'p Plan) -> std::borrow::
     std::borrow::Cow::Owned(text.map(|t| makefile::parse(&t)).unwrap_or_default())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn requirement(
+    policy: &Policy,
     req: &Requirement,
     rules: &Rules,
     tree: Option<&Path>,
@@ -454,9 +487,8 @@ fn requirement(
             diags.push(d.at(loc.clone()).about(&req.path.text, Some(*id)));
             continue;
         }
-        let failure = match first_instrumented(req, *id, &file, rules, tree, config, descent) {
-            Ok(Some(failure)) => failure,
-            Ok(None) => continue,
+        let failures = match instrumented(req, *id, &file, rules, tree, config, descent) {
+            Ok(failures) => failures,
             Err(limit) => {
                 diags.push(
                     Diagnostic::error(
@@ -471,6 +503,51 @@ fn requirement(
                 continue;
             }
         };
+        // One finding per broken object, about that object: an acknowledgement names the one
+        // it was written for.
+        for failure in failures {
+            diags.push(broken(req, *id, loc, &failure, config, policy_units(policy, req)));
+        }
+    }
+}
+
+/// Where the policy's units for `req`'s path are written (with their conditions): the lines a
+/// fix edits.
+fn policy_units(policy: &Policy, req: &Requirement) -> Vec<(crate::diagnostic::Location, String)> {
+    policy
+        .units
+        .iter()
+        .filter(|u| u.path.text == req.path.text)
+        .map(|u| {
+            let shown = match u.when.as_slice() {
+                [] => u.location.to_string(),
+                when => format!("{} (`{}`)", u.location, when.join("` and `")),
+            };
+            (u.location.clone(), shown)
+        })
+        .collect()
+}
+
+/// The finding for one object `failure` names, instrumented against `req`.
+fn broken(
+    req: &Requirement,
+    id: MechId,
+    loc: &crate::diagnostic::Location,
+    failure: &Failure,
+    config: Option<&DotConfig>,
+    units: Vec<(crate::diagnostic::Location, String)>,
+) -> Diagnostic {
+    // A requirement of sanpolicy's own has no file the user can open: the finding points at
+    // the policy's unit a fix edits, and names the requirement's line in sanpolicy's source.
+    let builtin = loc.path == Path::new(crate::policy::BUILTIN_REQUIREMENTS_NAME);
+    let at = if builtin { units.first().map(|(l, _)| l.clone()) } else { Some(loc.clone()) };
+    let origin = if builtin {
+        format!(" (a requirement sanpolicy ships: `policy/recursion-prone.toml` line {} of its source)", loc.line)
+    } else {
+        String::new()
+    };
+    let units: Vec<String> = units.into_iter().map(|(_, shown)| shown).collect();
+    {
         let mut message =
             format!("`{}` must be exempt from `{id}` but {} is instrumented", req.path.text, failure.object);
         if !failure.conditions.is_empty() {
@@ -487,16 +564,27 @@ fn requirement(
             DecidedBy::Directory(v) => (format!("directory value `{v}` turns it on"), format!("skip `{id}` for the object or drop the directory's `force`")),
             _ => (
                 "nothing exempts it, so the kernel default applies".to_string(),
-                format!("add `{id}` to `skip` of the unit for `{}` (or of its directory)", req.path.text),
+                match units.as_slice() {
+                    [] => format!(
+                        "add a unit for `{}` with `skip = [\"{id}\"]` to the policy (or skip `{id}` for its directory)",
+                        req.path.text
+                    ),
+                    [one] => format!("add `{id}` to `skip` of the unit for `{}` at {one}", req.path.text),
+                    many => format!(
+                        "add `{id}` to `skip` of each unit for `{}` that applies to this build ({})",
+                        req.path.text,
+                        many.join(", ")
+                    ),
+                },
             ),
         };
-        diags.push(
-            Diagnostic::error(Code::RecursionProne, message)
-                .at(loc.clone())
-                .label(cause)
-                .hint(format!("{fix}. Required because: {}", req.why_line()))
-                .about(&req.path.text, Some(*id)),
-        );
+        let d = Diagnostic::error(Code::RecursionProne, message)
+            .hint(format!("{fix}. Required because: {}{origin}", req.why_line()))
+            .about(&failure.subject, Some(id));
+        match at {
+            Some(at) => d.at(at).label(cause),
+            None => d,
+        }
     }
 }
 
@@ -563,15 +651,19 @@ fn opaque(
 }
 
 struct Failure {
+    /// As the message names it.
     object: String,
+    /// What the finding is about: the object's path, or the requirement's directory where the
+    /// object is any of its objects without a line of their own.
+    subject: String,
     conditions: Vec<String>,
     decided_by: DecidedBy,
 }
 
 /// Walk every configuration of the symbols that can decide each object (see `kbuild::configs`),
-/// or the one build of `config`, and find an object that is instrumented. Each object is
+/// or the one build of `config`, and find every object that is instrumented. Each object is
 /// walked over its own symbols, with `$(BITS)`-style names expanded as Kbuild does.
-fn first_instrumented(
+fn instrumented(
     req: &Requirement,
     id: MechId,
     file: &KbuildFile,
@@ -579,7 +671,7 @@ fn first_instrumented(
     tree: Option<&Path>,
     config: Option<&DotConfig>,
     descent: Option<&Descent>,
-) -> Result<Option<Failure>, configs::Limit> {
+) -> Result<Vec<Failure>, configs::Limit> {
     let mut objects: Vec<String> = match &req.path.object {
         Some(o) => vec![o.clone()],
         None => {
@@ -614,6 +706,7 @@ fn first_instrumented(
         let dir = &req.path.kbuild_dir;
         objects.retain(|o| o == crate::kbuild::ANY_OBJECT || d.built(&format!("{dir}/{o}")).built != Built::N);
     }
+    let mut found = Vec::new();
     for object in &objects {
         let mut preset = descent.map(|d| d.preset(&req.path.kbuild_dir)).unwrap_or_default();
         preset.extend(arch::preset(tree, &req.path.kbuild_dir, file, object, config));
@@ -621,15 +714,21 @@ fn first_instrumented(
             Some(c) => configs::Prepared::with_config(file, &preset, c),
             None => configs::Prepared::new(file, &preset),
         };
-        let Some(outcomes) = prepared.outcomes(rules, id, object, true)? else { return Ok(None) };
+        let Some(outcomes) = prepared.outcomes(rules, id, object, true)? else { return Ok(found) };
         let Some(outcome) = outcomes.iter().find(|o| o.eval.on) else { continue };
         let conditions = outcome
             .symbols
             .iter()
             .map(|(s, v)| if v.is_empty() { format!("`{s}` is not set") } else { format!("`{s}={v}`") })
             .collect();
-        let object = if req.path.object.is_some() { "it".to_string() } else { format!("`{}{object}`", req.path.text) };
-        return Ok(Some(Failure { object, conditions, decided_by: outcome.eval.decided_by.clone() }));
+        let (shown, subject) = if req.path.object.is_some() {
+            ("it".to_string(), req.path.text.clone())
+        } else if object == crate::kbuild::ANY_OBJECT {
+            (format!("each object of `{}` without a line of its own", req.path.text), req.path.text.clone())
+        } else {
+            (format!("`{}{object}`", req.path.text), format!("{}{object}", req.path.text))
+        };
+        found.push(Failure { object: shown, subject, conditions, decided_by: outcome.eval.decided_by.clone() });
     }
-    Ok(None)
+    Ok(found)
 }

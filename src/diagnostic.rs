@@ -8,6 +8,11 @@ use std::path::{Path, PathBuf};
 use codespan_reporting::diagnostic::{Diagnostic as CsDiagnostic, Label};
 use codespan_reporting::files::SimpleFiles;
 use codespan_reporting::term::{self, termcolor::Buffer};
+use serde::Serialize;
+
+pub mod fix;
+
+pub use fix::{Fix, FrontEnd, Hint, Invocation};
 
 /// What kind of problem a code names; with the severity it decides how a run ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,6 +210,10 @@ codes! {
         "central layout: the policy dropped a directory's line that the central file cannot reset exactly: writing refuses; to `check` and `--check` it is drift";
     RulesDirective "rules-directive" Finding false Always(1),
         "an instrumentation line in `scripts/Makefile.lib` or `scripts/Makefile.build`: Kbuild reads it for every directory, over what units and kbuild files say";
+    UnstagedChanges "unstaged-changes" Drift false Always(1),
+        "pre-commit: a file the printed fix would read or write differs between the working tree and the index: stage or stash it, then commit again";
+    SetTwice "set-twice" Warning true Always(0),
+        "a kbuild file sets a variable again below a line, so make never reads the earlier line; import and sync leave that line in the tree";
     BadSnapshot "bad-snapshot" BadInput false Always(2),
         "the effective snapshot cannot be read or fails validation (truncated, edited by hand, its checksum or tree line wrong): restore or regenerate it";
 }
@@ -249,6 +258,12 @@ impl Code {
     }
 }
 
+impl Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 impl std::fmt::Display for Code {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -267,7 +282,8 @@ pub fn code_table() -> String {
     out
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Severity {
     Error,
     Warning,
@@ -276,11 +292,13 @@ pub enum Severity {
 }
 
 /// Where a diagnostic points: a file, 1-based line and column, and the byte span.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Location {
     pub path: PathBuf,
     pub line: usize,
+    #[serde(rename = "column")]
     pub col: usize,
+    /// Byte offsets `[start, end)` in the file.
     pub span: Range<usize>,
 }
 
@@ -362,7 +380,7 @@ impl std::fmt::Display for Location {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Diagnostic {
     pub code: Code,
     pub severity: Severity,
@@ -370,12 +388,17 @@ pub struct Diagnostic {
     pub location: Option<Location>,
     /// Short text under the caret.
     pub label: Option<String>,
-    /// How to fix it.
-    pub hint: Option<String>,
+    /// How to fix it, in words with the commands in their place.
+    pub hint: Option<Hint>,
     /// What the finding is about, for `[[acknowledge]]`.
     pub subject: Option<Subject>,
     /// The command that clears it, when one does (drift: `sync` or `gen-makefiles`).
     pub fix: Option<Fix>,
+    /// The command that finishes what `fix` starts, when one must follow it (a line `sync`
+    /// takes into the policy that `gen-makefiles` then moves into the block): one fix line
+    /// names both, so following it leaves fewer findings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub then: Option<Fix>,
 }
 
 /// Exit codes: 0 clean, 1 findings or drift, 2 bad input or usage (nothing was written).
@@ -386,7 +409,7 @@ pub const EXIT_BAD_INPUT: u8 = 2;
 /// What a finding is about: the unit or requirement path it names (a directory, ending in `/`,
 /// for a finding on a directory unit; the object for a finding on an object) and the mechanism,
 /// for findings about one. An acknowledgement matches a finding's subject exactly.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Subject {
     pub path: String,
     pub mechanism: Option<crate::mechanism::MechId>,
@@ -401,33 +424,6 @@ impl std::fmt::Display for Subject {
     }
 }
 
-/// A command that clears a finding. Findings carry it typed, so that the closing line of a
-/// command is made from the same fixes as the findings' `help:` lines, rendered with the front
-/// end in use (`sanpolicy …` or `cargo xtask …`): two lines of output cannot contradict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Fix {
-    /// Take the tree's changes into the policy (run first: it moves no kbuild line).
-    Sync,
-    /// Write the policy into the tree.
-    GenMakefiles,
-}
-
-impl Fix {
-    /// The command line, for the front end `program`.
-    pub fn command(self, program: &str) -> String {
-        match self {
-            Fix::Sync => format!("{program} sync"),
-            Fix::GenMakefiles => format!("{program} gen-makefiles"),
-        }
-    }
-
-    /// `fixes` as one sequence of commands to run in order (`a`, then `b`).
-    pub fn sequence(fixes: &std::collections::BTreeSet<Fix>, program: &str) -> String {
-        let steps: Vec<String> = fixes.iter().map(|f| format!("`{}`", f.command(program))).collect();
-        steps.join(", then ")
-    }
-}
-
 impl Diagnostic {
     pub fn error(code: Code, message: impl Into<String>) -> Diagnostic {
         Diagnostic {
@@ -439,6 +435,7 @@ impl Diagnostic {
             hint: None,
             subject: None,
             fix: None,
+            then: None,
         }
     }
 
@@ -458,6 +455,13 @@ impl Diagnostic {
         self
     }
 
+    /// Say which command clears it, and which must follow that one.
+    pub fn fixed_by_then(mut self, fix: Fix, then: Fix) -> Diagnostic {
+        self.fix = Some(fix);
+        self.then = Some(then);
+        self
+    }
+
     pub fn warning(code: Code, message: impl Into<String>) -> Diagnostic {
         Diagnostic { severity: Severity::Warning, ..Diagnostic::error(code, message) }
     }
@@ -472,9 +476,15 @@ impl Diagnostic {
         self
     }
 
-    pub fn hint(mut self, hint: impl Into<String>) -> Diagnostic {
+    pub fn hint(mut self, hint: impl Into<Hint>) -> Diagnostic {
         self.hint = Some(hint.into());
         self
+    }
+
+    /// The hint as text, its commands rendered for `sanpolicy` with no flags (for logs and tests;
+    /// output renders for the invocation in use).
+    pub fn help(&self) -> Option<String> {
+        self.hint.as_ref().map(|h| h.render(&Invocation::default()))
     }
 
     pub fn is_error(&self) -> bool {
@@ -494,14 +504,20 @@ impl Diagnostic {
 }
 
 /// A bag of diagnostics collected across a whole run (never stop at the first problem).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, Serialize)]
+#[serde(transparent)]
 pub struct Diagnostics(pub Vec<Diagnostic>);
 
 impl Diagnostics {
     /// The fixes of the failing findings, in the order to run them: what every command's
     /// closing line names.
     pub fn fixes(&self) -> std::collections::BTreeSet<Fix> {
-        self.0.iter().filter(|d| d.is_error()).filter_map(|d| d.fix).collect()
+        self.0
+            .iter()
+            .filter(|d| d.is_error())
+            .flat_map(|d| d.fix.iter().chain(d.fix.as_ref().and(d.then.as_ref())))
+            .cloned()
+            .collect()
     }
 
     pub fn push(&mut self, d: Diagnostic) {
@@ -651,7 +667,8 @@ fn visible(c: char) -> Option<String> {
 
 /// Render diagnostics the way rustc and cargo-deny do: code, message, `┌─ file:line:col`,
 /// the source line with a caret, then the hint.
-pub fn render(diags: &Diagnostics, sources: &mut Sources, color: bool) -> String {
+/// Each hint's commands are rendered for `invocation`.
+pub fn render(diags: &Diagnostics, sources: &mut Sources, color: bool, invocation: &Invocation) -> String {
     let mut files = SimpleFiles::new();
     let mut ids: HashMap<PathBuf, (usize, Displayable)> = HashMap::new();
     let mut buffer = if color { Buffer::ansi() } else { Buffer::no_color() };
@@ -695,7 +712,7 @@ pub fn render(diags: &Diagnostics, sources: &mut Sources, color: bool) -> String
         }
         if let Some(hint) = &d.hint {
             // `with_notes` appends (codespan-reporting 0.12): pass only the new note.
-            cs = cs.with_notes(vec![shown(&format!("help: {hint}"))]);
+            cs = cs.with_notes(vec![shown(&format!("help: {}", hint.render(invocation)))]);
         }
         if term::emit(&mut buffer, &config, &files, &cs).is_err() {
             // A span outside its file (the file changed since): fall back to one line.
@@ -780,7 +797,7 @@ mod tests {
         diags.push(Diagnostic::error(Code::TomlSyntax, "bad").at(Location::from_span(path, text, 15..16)));
         let mut sources = Sources::default();
         sources.insert(path, text);
-        let out = render(&diags, &mut sources, false);
+        let out = render(&diags, &mut sources, false, &Invocation::default());
         assert!(!out.contains('\x1b') && !out.contains('\r'), "{out:?}");
         assert!(out.contains("x = \"\u{241b}[2J\u{240d}\""), "{out}");
         // The caret sits under the carriage return's picture: column 11 of the shown line.
@@ -802,7 +819,7 @@ mod tests {
         );
         let mut sources = Sources::default();
         sources.insert(path, &text);
-        let out = render(&diags, &mut sources, false);
+        let out = render(&diags, &mut sources, false, &Invocation::default());
         assert_eq!(out.lines().filter(|l| l.starts_with("error")).count(), 1, "{out}");
         assert!(out.contains("evil\u{240a}error[io]: forged.toml:1:7"), "{out}");
         assert!(!out.contains("SECRET") && out.len() < 1000, "{out}");

@@ -164,6 +164,12 @@ impl MechId {
     }
 }
 
+impl serde::Serialize for MechId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.get().name)
+    }
+}
+
 impl std::fmt::Display for MechId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.get().name)

@@ -70,6 +70,13 @@ pub fn private_dir(base: &Path, rel: &Path) -> io::Result<PathBuf> {
     Ok(path)
 }
 
+/// `path` as the user would type it here: relative to the current directory when it lies
+/// below it, else as given.
+pub fn shown(path: &Path) -> String {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    path.strip_prefix(&cwd).unwrap_or(path).display().to_string()
+}
+
 /// A file's planned new state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -103,7 +110,7 @@ pub struct WriteError(pub Box<Diagnostic>);
 
 impl WriteError {
     fn new(code: Code, path: &Path, message: String, hint: impl Into<String>) -> WriteError {
-        WriteError(Box::new(Diagnostic::error(code, message).at(Location::file(path)).hint(hint)))
+        WriteError(Box::new(Diagnostic::error(code, message).at(Location::file(path)).hint(Into::<String>::into(hint))))
     }
 
     /// An I/O error on `c`'s file, with the code `io`.

@@ -2,7 +2,7 @@
 //! `/usr/src/linux-source-6.12.tar.xz`) built with KASAN and lockdep under the bundled policy in
 //! a scratch copy, booted under QEMU with the workload at scale 1, must boot clean; then the same
 //! build directory rebuilt (Kbuild's incremental rebuild) with a policy that forces KASAN on the
-//! KASAN runtime must fail with what it saw. Slow: one kernel build (see the README's run-time
+//! KASAN runtime must fail with what it saw. Slow: one kernel build (see the book's run-time
 //! section for the figures); QEMU comes from `.ci/run`'s apt list.
 
 use std::fs;

@@ -287,7 +287,7 @@ fn asan_instrumented_functions(binary: &Path) -> Vec<String> {
 
 #[test]
 fn an_exempt_crates_generic_code_is_instrumented_in_its_callers() {
-    // The limit README and the generated comment state: smallvec is exempt from ASan, yet its
+    // The limit the book (docs/src/guide/cargo.md) and the generated comment state: smallvec is exempt from ASan, yet its
     // generic code is monomorphised, and instrumented, in the crates that use it.
     let ws = Ws::new("registry");
     let run = ws.gen(&[]);

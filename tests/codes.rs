@@ -1,7 +1,7 @@
-//! The README's code table is generated from the one code table (`diagnostic::CODES`), as
-//! rust-analyzer's `ensure_file_contents` keeps generated files: when the README's section
-//! differs, the test writes the generated one in its place and fails, saying so; run again
-//! (and commit the README), it passes.
+//! The book's code table (`docs/src/reference/codes.md`) is generated from the one code table
+//! (`diagnostic::CODES`), as rust-analyzer's `ensure_file_contents` keeps generated files: when
+//! the page's section differs, the test writes the generated one in its place and fails, saying
+//! so; run again (and commit the page), it passes.
 
 use std::fs;
 use std::path::Path;
@@ -14,13 +14,14 @@ const END: &str = "<!-- codes end -->\n";
 /// `text` with the section between the markers replaced by `section`.
 fn with_section(text: &str, section: &str) -> String {
     let start =
-        text.find(BEGIN).unwrap_or_else(|| panic!("README.md lacks the marker `{}`", BEGIN.trim())) + BEGIN.len();
-    let end = start + text[start..].find(END).unwrap_or_else(|| panic!("README.md lacks the marker `{}`", END.trim()));
+        text.find(BEGIN).unwrap_or_else(|| panic!("the codes page lacks the marker `{}`", BEGIN.trim())) + BEGIN.len();
+    let end =
+        start + text[start..].find(END).unwrap_or_else(|| panic!("the codes page lacks the marker `{}`", END.trim()));
     format!("{}{section}{}", &text[..start], &text[end..])
 }
 
 /// Write `contents` to `path` when it differs, and fail saying so (rust-analyzer's
-/// `ensure_file_contents`, with newlines compared as they are: the README uses LF).
+/// `ensure_file_contents`, with newlines compared as they are: the book uses LF).
 fn ensure_file_contents(path: &Path, contents: &str) {
     let old = fs::read_to_string(path).unwrap();
     if old == contents {
@@ -34,10 +35,10 @@ fn ensure_file_contents(path: &Path, contents: &str) {
 }
 
 #[test]
-fn readme_code_table_is_generated_from_the_code_table() {
-    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-    let text = fs::read_to_string(&readme).unwrap();
-    ensure_file_contents(&readme, &with_section(&text, &code_table()));
+fn book_code_table_is_generated_from_the_code_table() {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/reference/codes.md");
+    let text = fs::read_to_string(&page).unwrap();
+    ensure_file_contents(&page, &with_section(&text, &code_table()));
 }
 
 #[test]

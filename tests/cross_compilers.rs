@@ -11,7 +11,7 @@
 //!
 //! The arm64 generic KASAN case runs in CI; the others are `#[ignore]`d (each prepares its own
 //! kernel configuration, minutes on two cores) and run with `cargo xtask judge NAME` (or
-//! `cargo xtask judge all`), as the README's table says.
+//! `cargo xtask judge all`), as the book's table says (docs/src/explanation/proofs.md).
 
 mod kbuild_build;
 

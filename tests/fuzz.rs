@@ -538,7 +538,7 @@ fn check_policy(text: &str) -> Result<(), TestCaseError> {
     }
     let mut sources = Sources::default();
     sources.insert(path, text);
-    let rendered = diagnostic::render(&diags, &mut sources, false);
+    let rendered = diagnostic::render(&diags, &mut sources, false, &Default::default());
     // One header line per error; a source line quoted in a snippet may itself say `error[`.
     let headers = rendered.lines().filter(|l| l.starts_with("error[")).count();
     prop_assert_eq!(headers, diags.iter().filter(|d| d.is_error()).count(), "{}", rendered);

@@ -7,7 +7,7 @@ mod fixture_tree;
 use std::fs;
 use std::path::Path;
 
-use fixture_tree::{git, run_in, Run};
+use fixture_tree::{follow_line, git, run_in, Run};
 
 /// A tree with 6.12's rule files, `lib/a.c`, `lib/b.c` and `lib/Makefile` as given.
 fn tree(makefile: &str) -> tempfile::TempDir {
@@ -143,16 +143,16 @@ fn a_hand_added_cflags_remove_line_is_synced_or_deleted() {
 }
 
 /// The pre-commit hook judges the index: its help for a hand-removed line and for a hand-added
-/// flag removal names the command and the `git add` that stages what it wrote; running them
-/// literally (the backticked commands, in order) makes the hook pass and the commit go in.
+/// flag removal names one command that also stages what it wrote (`--stage`); running it
+/// literally, as a shell runs the copied text, makes the hook pass and the commit go in.
 #[test]
 fn the_hooks_help_followed_literally_lets_the_commit_through() {
     let cases: [(&str, &str, &str); 3] = [
-        ("removed, sync", "obj-y := a.o b.o\n", "after `sanpolicy sync`"),
-        ("removed, write back", "obj-y := a.o b.o\n", "after `sanpolicy gen-makefiles`"),
-        ("added flag removal", "obj-y := a.o b.o\n\n# A reason.\nKASAN_SANITIZE_a.o := n\n\nCFLAGS_REMOVE_b.o += -pg -fno-stack-protector\n", "after `sanpolicy sync`"),
+        ("removed, sync", "obj-y := a.o b.o\n", "sanpolicy sync --stage"),
+        ("removed, write back", "obj-y := a.o b.o\n", "sanpolicy gen-makefiles --force --stage"),
+        ("added flag removal", "obj-y := a.o b.o\n\n# A reason.\nKASAN_SANITIZE_a.o := n\n\nCFLAGS_REMOVE_b.o += -pg -fno-stack-protector\n", "sanpolicy sync --stage"),
     ];
-    for (what, makefile, step) in cases {
+    for (what, makefile, command) in cases {
         let t = tree(MAKEFILE);
         let p = t.path();
         assert_eq!(run_in(p, &["import", "--adopt"]).code, 0);
@@ -164,23 +164,14 @@ fn the_hooks_help_followed_literally_lets_the_commit_through() {
         let hook = run_in(p, &["pre-commit"]);
         assert_eq!(hook.code, 1, "{what}: {}", hook.both());
         let hints = help(&hook);
-        let hint =
-            hints.iter().find(|h| h.contains(step)).unwrap_or_else(|| panic!("{what}: no `{step}` in {hints:?}"));
-        // The step's two commands: the sanpolicy one the hint names first, then the `git add`.
-        let command = if step.contains("sync") {
-            "sanpolicy sync".to_string()
-        } else {
-            backticked(hint).into_iter().find(|c| c.starts_with("sanpolicy gen-makefiles")).unwrap()
-        };
-        let rest = &hint[hint.find(step).unwrap() + step.len()..];
-        let stage = backticked(rest).into_iter().next().unwrap_or_else(|| panic!("{what}: {hint}"));
-        assert!(stage.starts_with("git add "), "{what}: {hint}");
-        let args: Vec<&str> = command.split_whitespace().skip(1).collect();
-        let run = run_in(p, &args);
+        assert!(
+            hints.iter().any(|h| backticked(h).iter().any(|c| c == command)),
+            "{what}: no `{command}` in {hints:?}"
+        );
+        let run = follow_line(p, command);
         assert_eq!(run.code, 0, "{what}: `{command}`: {}", run.both());
-        git(p, &stage.split_whitespace().skip(1).collect::<Vec<_>>());
         let hook = run_in(p, &["pre-commit"]);
-        assert_eq!(hook.code, 0, "{what}: after `{command}` and `{stage}`: {}", hook.both());
+        assert_eq!(hook.code, 0, "{what}: after `{command}`: {}", hook.both());
         green(p);
     }
 }
@@ -282,11 +273,12 @@ fn the_import_help_examples_do_what_they_say() {
     assert!(!line.contains("generated blocks"), "`sanpolicy --help` says adoption writes blocks: {line}");
 }
 
-/// The README's policy example, copied into a tree as its policy, loads without a problem.
+/// The book's policy example (`docs/src/reference/policy.md`), copied into a tree as its
+/// policy, loads without a problem.
 #[test]
-fn the_readmes_policy_example_works_when_copied_into_a_tree() {
-    let readme = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let section = &readme[readme.find("## The policy file").expect("the section")..];
+fn the_books_policy_example_works_when_copied_into_a_tree() {
+    let page = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/reference/policy.md")).unwrap();
+    let section = &page[page.find("# The policy file").expect("the page's title")..];
     let example = section.split("```toml\n").nth(1).and_then(|s| s.split("```").next()).expect("a toml block");
     let t = tree("obj-y := a.o b.o\n");
     fs::write(t.path().join("sanitizer-policy.toml"), example).unwrap();

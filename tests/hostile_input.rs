@@ -352,7 +352,13 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// The tree as a git repository with everything committed.
+/// The fixture generated and committed: the hook judges the whole commit, so its starting point
+/// is a tree in sync with its policy.
 fn committed(t: &Tree) {
+    if t.join(POLICY).exists() {
+        let out = run(t.path(), &["gen-makefiles"]);
+        assert_eq!(out.code, 0, "gen-makefiles of the fixture: {}", out.both());
+    }
     git(t.path(), &["init", "-q"]);
     git(t.path(), &["add", "-A"]);
     git(t.path(), &["commit", "-qm", "fixture"]);
@@ -478,8 +484,16 @@ fn pre_commit_cases() {
                 // The working tree goes back: read from disk, the policy is unchanged.
                 t.write(POLICY, committed_policy.as_bytes());
             },
-            vec![("stale-file", "sanitizer-policy.effective.txt".into()), ("stale-file", "lib/Makefile".into())],
+            // The fix (`gen-makefiles --stage`) would read the working tree's policy, not the
+            // staged one: the hook says so instead of printing a fix that stages the wrong text.
+            // The note that no fix can be run comes first: it is why none is printed.
+            vec![
+                ("unstaged-changes", String::new()),
+                ("stale-file", "lib/Makefile".into()),
+                ("stale-file", "sanitizer-policy.effective.txt".into()),
+            ],
         )
+        .says("differs from what is staged in `sanitizer-policy.toml`")
         .commands(hook)
         .exit(1),
         Case::new(
@@ -493,10 +507,13 @@ fn pre_commit_cases() {
                 let worktree = format!("#\n#\n#\n#\n#\n{}", staged.replace(HAND, ""));
                 t.write("lib/Makefile", worktree.as_bytes());
             },
-            // The policy's block was never written (drift), and the hand line is not the policy's.
-            vec![("stale-file", "lib/Makefile".into()), ("unmanaged-directive", "lib/Makefile:7:1".into())],
+            // The hand line (after the committed file's 35 lines: the fixture's and its
+            // generated block) is not the policy's. The working tree's copy differs, so the
+            // fixes are withheld until it is staged or set aside.
+            vec![("unmanaged-directive", "lib/Makefile:36:1".into()), ("unstaged-changes", String::new())],
         )
-        .says("7 │ KASAN_SANITIZE_plain.o := n")
+        .says("36 │ KASAN_SANITIZE_plain.o := n")
+        .says("1 finding(s) need a person to decide")
         .commands(hook)
         .exit(1),
     ]);
@@ -557,6 +574,35 @@ fn import_writes_reasons_from_hostile_comments_that_parse() {
         }
         if out.stderr.contains("sanpolicy bug") || out.stderr.chars().any(|c| c.is_control() && c != '\n') {
             failures.push(format!("{name}: {:?}", out.stderr));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// `import --adopt --layout block` of a Makefile whose comment holds a control character names
+/// the Makefile's line and column and the character, as other bad bytes are named; it never
+/// blames sanpolicy or the policy it writes, and prints no raw control character.
+#[test]
+fn import_adopt_names_the_makefile_line_and_the_control_character() {
+    let mut failures = Vec::new();
+    for (comment, col, named) in [("# colour \x1b[31m red\n", 10, "U+001B ESC"), ("# nul \0 here\n", 7, "U+0000 NUL")] {
+        let tree = Tree::new("mechanisms", V6_12);
+        fs::remove_file(tree.join(POLICY)).unwrap();
+        let old = tree.read("lib/Makefile");
+        let line = old.lines().count() + 1;
+        tree.write("lib/Makefile", format!("{old}{comment}KASAN_SANITIZE_plain.o := n\n").as_bytes());
+        let out = run(tree.path(), &["import", "--adopt", "--layout", "block"]);
+        let at = format!("./lib/Makefile:{line}:{col}");
+        let warned = out.stderr.lines().any(|l| l.starts_with("warning[bad-reason]") && l.contains(named));
+        if out.code != 0 || !warned || !out.stderr.contains(&at) {
+            failures.push(format!(
+                "{named}: exit {}, want a warning naming {named} at {at}:\n{}",
+                out.code,
+                out.both()
+            ));
+        }
+        if out.stderr.contains("sanpolicy bug") || out.stderr.chars().any(|c| c.is_control() && c != '\n') {
+            failures.push(format!("{named}: {:?}", out.stderr));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

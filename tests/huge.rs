@@ -61,9 +61,8 @@ fn a_policy_of_100k_units_is_read_generated_and_checked() {
     timed("write", || output::apply(&plan.changes).unwrap());
     let again = timed("plan again", || generate::plan_tree(&policy, tree.path(), &rules, false, true));
     assert!(again.changes.iter().all(|c| c.is_noop()), "a second generation changes files");
-    let findings = timed("check", || {
-        sanpolicy::check::run(&policy, &rules, Some(tree.path()), &again, &Default::default(), "sanpolicy")
-    });
+    let findings =
+        timed("check", || sanpolicy::check::run(&policy, &rules, Some(tree.path()), &again, &Default::default()));
     // No object has a source in this tree: one finding per unit, nothing else.
     assert_eq!(findings.iter().filter(|d| d.is_error()).count(), UNITS, "{:?}", findings.iter().next());
     let d7 = tree.read("drivers/d7/Makefile");

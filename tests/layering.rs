@@ -195,6 +195,42 @@ fn every_module_has_a_stage() {
     assert!(missing.is_empty(), "modules without a stage in STAGES: {missing:?}");
 }
 
+/// The stage list in `ARCHITECTURE.md`, between its markers: one numbered line per row of
+/// [`STAGES`], bottom first, each naming the row's modules in backticks.
+fn architecture_stages(text: &str) -> Vec<Vec<String>> {
+    const BEGIN: &str = "<!-- stages:";
+    const END: &str = "<!-- stages end -->";
+    let start = text.find(BEGIN).expect("ARCHITECTURE.md lacks the `<!-- stages:` marker");
+    let end = start + text[start..].find(END).expect("ARCHITECTURE.md lacks the `<!-- stages end -->` marker");
+    text[start..end]
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split('`').skip(1).step_by(2).map(str::to_string).collect())
+        .collect()
+}
+
+/// ARCHITECTURE.md says the directions the test enforces, and has a section for every module.
+#[test]
+fn architecture_md_lists_the_stages_of_the_layering_test() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = fs::read_to_string(repo.join("ARCHITECTURE.md")).unwrap();
+    let listed = architecture_stages(&text);
+    let table: Vec<Vec<String>> = STAGES.iter().map(|row| row.iter().map(|m| m.to_string()).collect()).collect();
+    assert_eq!(listed, table, "ARCHITECTURE.md's stage list differs from tests/layering.rs's STAGES");
+    for module in STAGES.iter().flat_map(|row| row.iter()) {
+        let names = [format!("`src/{module}.rs`"), format!("`src/{module}/`")];
+        let heading = |l: &&str| l.starts_with("### ") && names.iter().any(|n| l.contains(n.as_str()));
+        assert!(text.lines().any(|l| heading(&l)), "ARCHITECTURE.md has no `### ` section naming {names:?}");
+    }
+}
+
+#[test]
+fn architecture_stage_list_is_read_between_its_markers() {
+    let text = "x\n<!-- stages: y -->\n1. `a`\n\n2. `b`, `c`\n<!-- stages end -->\n3. `d`\n";
+    assert_eq!(architecture_stages(text), vec![vec!["a".to_string()], vec!["b".to_string(), "c".to_string()]]);
+}
+
 /// The scanner itself: what it must see and what it must not.
 #[test]
 fn scanner_reads_use_trees_paths_and_super() {

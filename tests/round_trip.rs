@@ -1223,10 +1223,18 @@ fn known_answer(label: &str, eval: &Evaluator, cmp: &Comparison, problems: &mut 
 // ---- 3. the command line on the adopted copy ---------------------------------------------------
 
 fn sanpolicy(cwd: &Path, args: &[&str]) -> Output {
+    // The binary's directory first on PATH, as for a user who installed it: its fixes name it
+    // `sanpolicy`.
+    let bin = Path::new(env!("CARGO_BIN_EXE_sanpolicy")).parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(
+        std::iter::once(bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .unwrap();
     Command::new(env!("CARGO_BIN_EXE_sanpolicy"))
         .args(args)
         .current_dir(cwd)
         .env("NO_COLOR", "1")
+        .env("PATH", path)
         .output()
         .expect("running sanpolicy")
 }
@@ -2338,7 +2346,7 @@ fn linux_6_12_conditions_name_defined_symbols() {
     assert!(conditions.len() > 400, "only {} conditions", conditions.len());
     let unknown = sanpolicy::policy::when::undefined_symbols(&policy, &defined);
     let lines: Vec<String> =
-        unknown.iter().map(|d| format!("{} ({})", d.one_line(), d.hint.as_deref().unwrap_or(""))).collect();
+        unknown.iter().map(|d| format!("{} ({})", d.one_line(), d.help().unwrap_or_default())).collect();
     assert_eq!(lines.len(), 1, "{}", lines.join("\n"));
     assert!(lines[0].contains("`CONFIG_FUNCTION_TRACR` is not a Kconfig symbol"), "{}", lines[0]);
     assert!(lines[0].contains("did you mean `CONFIG_FUNCTION_TRACER`?"), "{}", lines[0]);

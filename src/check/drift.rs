@@ -6,6 +6,7 @@
 //! moves the right side.
 
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Fix, LineIndex, Location};
+use crate::hint;
 
 use crate::emit::inplace::{existing_key, Edit};
 use crate::generate::snapshot::Base;
@@ -16,22 +17,20 @@ use crate::output::Change;
 use crate::policy::{expand_variants, Layout, Policy};
 
 /// Every drift finding of `plan` (whose `changes` include the snapshot's), against `base`.
-pub fn findings(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str) -> Diagnostics {
-    Diagnostics(classified(policy, plan, rules, base, program).into_iter().map(|(d, _)| d).collect())
+pub fn findings(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base) -> Diagnostics {
+    Diagnostics(classified(policy, plan, rules, base).into_iter().map(|(d, _)| d).collect())
 }
 
 /// The drift findings where the tree moved since the last generation (a merge or a hand edit):
 /// writing the policy over them would lose that change, so `gen-makefiles` refuses them. On a
 /// first application (no snapshot of this tree) the policy's lines are written and a tree line
 /// the policy lacks is refused: nothing says the policy meant to drop it.
-pub fn tree_moved(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str) -> Diagnostics {
-    Diagnostics(
-        classified(policy, plan, rules, base, program).into_iter().filter(|(_, t)| *t).map(|(d, _)| d).collect(),
-    )
+pub fn tree_moved(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base) -> Diagnostics {
+    Diagnostics(classified(policy, plan, rules, base).into_iter().filter(|(_, t)| *t).map(|(d, _)| d).collect())
 }
 
 /// Drift findings, each with whether the tree (rather than the policy) moved.
-fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program: &str) -> Vec<(Diagnostic, bool)> {
+fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base) -> Vec<(Diagnostic, bool)> {
     let mut diags = Vec::new();
     // What the policy says now: the planned snapshot.
     let now = planned_snapshot(plan);
@@ -45,18 +44,19 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
                 let edits = &planned.edits;
                 let units = by_dir.get(dir.as_str()).map_or(&[][..], Vec::as_slice);
                 let lines = LineIndex::new(change.old.as_deref().unwrap_or(""));
+                let before = planned.before.as_ref().map(|r| r.parsed());
                 for edit in edits {
-                    diags.push(edit_finding(change, &lines, dir, units, edit, base, &now, program));
+                    diags.push(edit_finding(change, &lines, dir, units, edit, base, &now, before));
                 }
             }
-            _ => diags.push((stale_file(change, program), false)),
+            _ => diags.push((stale_file(change), false)),
         }
     }
     match policy.layout {
         Layout::InPlace => {}
-        Layout::Block => outside_lines(plan, rules, (base, &now), program, &mut diags),
+        Layout::Block => outside_lines(plan, rules, (base, &now), &mut diags),
         Layout::Central => {
-            for v in central_verdicts(plan, base, &now, program) {
+            for v in central_verdicts(plan, base, &now) {
                 match v {
                     Verdict::InSync => {}
                     Verdict::Finding(d, moved) => diags.push((d, moved)),
@@ -68,12 +68,10 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base, program:
     diags
 }
 
-fn stale_file(change: &Change, program: &str) -> Diagnostic {
+fn stale_file(change: &Change) -> Diagnostic {
     Diagnostic::error(Code::StaleFile, format!("`{}` is not in sync with the policy", change.display))
         .at(Location::file(&change.path))
-        .hint(format!(
-            "run `{program} gen-makefiles` and commit the result (`{program} gen-makefiles --check` shows the diff)"
-        ))
+        .hint(hint!["run ", Fix::GenMakefiles, " and commit the result"])
         .fixed_by(Fix::GenMakefiles)
 }
 
@@ -94,27 +92,41 @@ fn edit_finding(
     edit: &Edit,
     base: &Base,
     now: &Base,
-    program: &str,
+    before: Option<&crate::makefile::KbuildFile>,
 ) -> (Diagnostic, bool) {
     let old = change.old.as_deref().unwrap_or("");
     match edit {
         Edit::Added { unit, mech, text, .. } => {
             let u = units[*unit];
-            let was = expand_variants(&u.path.text, &u.vars).iter().any(|p| base.has(p, *mech)) && base.known;
+            let was = expand_variants(&u.path.text, &u.vars).iter().any(|p| base.has(p, *mech))
+                && base.known
+                && history_had(&change.path, text);
             let (message, hint) = if was {
                 (
-                    format!("`{}` is gone from `{}`, but the policy still has `{}` skip/force `{mech}`", text.trim(), change.display, u.path.text),
-                    format!("the tree lost the line (a merge or a hand edit): run `{program} sync` to drop the unit from the policy, or `{program} gen-makefiles --force` to write the line back"),
+                    format!(
+                        "`{}` is gone from `{}`, but the policy still has `{}` skip/force `{mech}`",
+                        text.trim(),
+                        change.display,
+                        u.path.text
+                    ),
+                    hint![
+                        "the tree lost the line (a merge or a hand edit): run ",
+                        Fix::Sync,
+                        " to drop the unit from the policy, or ",
+                        Fix::GenMakefilesForce,
+                        " to write the line back"
+                    ],
                 )
             } else {
                 (
                     format!("`{}` sets `{mech}` but `{}` has no line for it yet", u.path.text, change.display),
-                    format!("run `{program} gen-makefiles` to write it"),
+                    hint!["run ", Fix::GenMakefiles, " to write it"],
                 )
             };
             (
                 Diagnostic::error(Code::Drift, message)
                     .at(u.setting_locations.get(mech).unwrap_or(&u.location).clone())
+                    .about(&u.path.text, Some(*mech))
                     .hint(hint)
                     .fixed_by(if was { Fix::Sync } else { Fix::GenMakefiles }),
                 was,
@@ -124,14 +136,23 @@ fn edit_finding(
             let object = removed_object(text);
             let mech = object.as_ref().map(|(m, _)| *m);
             let path = path_of(dir, object.as_ref().and_then(|(_, o)| o.as_deref()));
-            let was = mech.is_some_and(|m| base.has(&path, m)) && base.known;
+            // The line is the last generation's only if the memory had it under the same
+            // conditions: a hand-added `ifdef CONFIG_FOO` line for an object the policy sets
+            // unconditionally is the tree's.
+            let symbols = before.map(|b| line_symbols(b, *line)).unwrap_or_default();
+            let was = mech.is_some_and(|m| base.had(&path, m, &symbols)) && base.known;
             let hint = if was {
-                format!("the policy dropped this unit: run `{program} gen-makefiles` to remove the line")
+                hint!["the policy dropped this unit: run ", Fix::GenMakefiles, " to remove the line"]
             } else {
-                format!("run `{program} sync` to take it into the policy (the comment above it becomes the reason), or delete the line")
+                hint![
+                    "run ",
+                    Fix::Sync,
+                    " to take it into the policy (the comment above it becomes the reason), or delete the line"
+                ]
             };
             let d = Diagnostic::error(Code::Drift, format!("`{}` is in the tree but not in the policy", text.trim()))
                 .at(lines.line(&change.path, old, *line))
+                .about(&path, mech)
                 .hint(hint)
                 .fixed_by(if was { Fix::GenMakefiles } else { Fix::Sync });
             (d, !was)
@@ -140,21 +161,70 @@ fn edit_finding(
             // The policy's state is what the snapshot recorded: the tree changed the value.
             let object = removed_object(was);
             let path = path_of(dir, object.as_ref().and_then(|(_, o)| o.as_deref()));
-            let tree_moved = object.is_some_and(|(m, _)| base.known && base.state(&path, m) == now.state(&path, m));
+            let tree_moved =
+                object.as_ref().is_some_and(|(m, _)| base.known && base.state(&path, *m) == now.state(&path, *m));
             let hint = if tree_moved {
-                format!("the tree changed the value since the last generation: run `{program} sync` to take it into the policy, or `{program} gen-makefiles --force` to write the policy's value back")
+                hint![
+                    "the tree changed the value since the last generation: run ",
+                    Fix::Sync,
+                    " to take it into the policy, or ",
+                    Fix::GenMakefilesForce,
+                    " to write the policy's value back"
+                ]
             } else {
-                format!("run `{program} gen-makefiles` to write the policy's value")
+                hint!["run ", Fix::GenMakefiles, " to write the policy's value"]
             };
             let d = Diagnostic::error(
                 Code::Drift,
                 format!("`{}` differs from the policy, which says `{}`", was.trim(), new.trim()),
             )
             .at(lines.line(&change.path, old, *line))
+            .about(&path, object.as_ref().map(|(m, _)| *m))
             .hint(hint)
             .fixed_by(if tree_moved { Fix::Sync } else { Fix::GenMakefiles });
             (d, tree_moved)
         }
+    }
+}
+
+/// The value the generated block gives `name`, if it sets it.
+fn block_value<'f>(parsed: &'f crate::makefile::KbuildFile, name: &str) -> Option<&'f str> {
+    parsed.assignments.iter().rev().find(|a| a.in_block && a.name == name).map(|a| a.value.trim())
+}
+
+/// The Kconfig symbols the conditionals around the assignment at `line` name.
+fn line_symbols(file: &crate::makefile::KbuildFile, line: usize) -> Vec<String> {
+    let Some(a) = file.assignments.iter().find(|a| a.line == line) else { return Vec::new() };
+    a.frames.iter().flat_map(|f| crate::makefile::config_symbols(&f.condition.text)).collect()
+}
+
+/// Whether the tree at `file` can have lost `text`: where the file is tracked by git, some
+/// commit of its history added or removed the line. A snapshot copied with its policy from
+/// another tree claims lines this tree never had; there the policy is ahead, not the tree.
+/// Without git (or when it cannot answer) the snapshot is taken at its word.
+pub fn history_had(file: &std::path::Path, text: &str) -> bool {
+    let (Some(dir), Some(name)) = (file.parent(), file.file_name()) else { return true };
+    let dir = if dir.as_os_str().is_empty() { std::path::Path::new(".") } else { dir };
+    let git = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+    };
+    let os = std::ffi::OsStr::new;
+    let tracked = git(&[os("ls-files"), os("--error-unmatch"), os("--"), name]).is_some_and(|o| o.status.success());
+    if !tracked {
+        return true;
+    }
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or(text).trim();
+    let pickaxe = format!("-S{line}");
+    match git(&[os("log"), os(&pickaxe), os("--format=%H"), os("-1"), os("--"), name]) {
+        Some(o) if o.status.success() => !o.stdout.is_empty(),
+        _ => true,
     }
 }
 
@@ -167,18 +237,13 @@ fn removed_object(text: &str) -> Option<(MechId, Option<String>)> {
 
 /// Block and central layouts: modelled directive lines outside the generated text are drift;
 /// the policy owns every such line.
-fn outside_lines(
-    plan: &Plan,
-    rules: &Rules,
-    (base, now): (&Base, &Base),
-    program: &str,
-    diags: &mut Vec<(Diagnostic, bool)>,
-) {
+fn outside_lines(plan: &Plan, rules: &Rules, (base, now): (&Base, &Base), diags: &mut Vec<(Diagnostic, bool)>) {
     for (dir, planned) in &plan.dirs {
         let (file, Some(read)) = (&planned.file, planned.before.as_ref()) else { continue };
         let (before, parsed) = (read.text.as_str(), read.parsed());
         let lines = LineIndex::new(before);
         let inside = parsed.block_names();
+        let moved = crate::generate::moved_lines(parsed);
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
             if a.in_block || existing_key(parsed, a, d, rules).is_none() {
@@ -186,47 +251,85 @@ fn outside_lines(
             }
             let loc = lines.line(&file.path, before, a.line);
             let path = path_of(dir, d.object.as_deref());
-            // The block says exactly this (sync took the line in): writing removes it here.
-            let same = a.frames.is_empty()
-                && parsed
-                    .assignments
-                    .iter()
-                    .any(|b| b.in_block && b.name == a.name && b.value.trim() == a.value.trim());
-            if same {
+            // Writing the block removes this line (the plan's own rule): make reads what the
+            // block says before and after.
+            if moved.contains(&a.line) {
+                let (message, hint) = if a.value.trim() == block_value(parsed, &a.name).unwrap_or_default() {
+                    (
+                        format!("`{}` is set both here and, to the same value, in the generated block", a.name),
+                        hint!["run ", Fix::GenMakefiles, ": it removes this line, which the block now holds"],
+                    )
+                } else {
+                    (
+                        format!("`{}` is set here, but a later line sets it again to what the generated block says: make never reads this one", a.name),
+                        hint!["run ", Fix::GenMakefiles, ": it removes this line and the later ones, and make reads the block's value as it reads it now"],
+                    )
+                };
+                diags.push((
+                    Diagnostic::error(Code::ConflictingDirective, message)
+                        .at(loc)
+                        .hint(hint)
+                        .fixed_by(Fix::GenMakefiles),
+                    false,
+                ));
+            } else if inside.contains(a.name.as_str()) && takes_over(parsed, &planned.file, a) {
+                // The policy already says what make reads here (sync took it): the block the
+                // plan writes says it too, and writing removes this line.
                 diags.push((
                     Diagnostic::error(
                         Code::ConflictingDirective,
-                        format!("`{}` is set both here and, to the same value, in the generated block", a.name),
+                        format!("`{}` is set both here and in the generated block, which the policy now says as this line does", a.name),
                     )
                     .at(loc)
-                    .hint(format!("run `{program} gen-makefiles`: it removes this line, which the block now holds"))
+                    .hint(hint!["run ", Fix::GenMakefiles, ": it writes this value into the block and removes this line"])
                     .fixed_by(Fix::GenMakefiles),
                     false,
                 ));
             } else if inside.contains(a.name.as_str()) {
-                diags.push((conflict(parsed, a, loc, (&path, d.mech), (base, now), program), false));
+                diags.push((conflict(parsed, a, loc, (&path, d.mech), (base, now)), false));
             } else {
-                let known = base.has(&path, d.mech) && base.known;
+                let known =
+                    (base.has(&path, d.mech) && base.known) || block_value(planned.file.parsed(), &a.name).is_some();
                 let hint = if known {
-                    format!("run `{program} gen-makefiles` to move it into the generated block")
+                    hint!["run ", Fix::GenMakefiles, " to move it into the generated block"]
                 } else {
-                    format!("run `{program} sync` to take it into the policy, then `{program} gen-makefiles` moves it into the block")
+                    hint![
+                        "run ",
+                        Fix::Sync,
+                        " to take it into the policy, then ",
+                        Fix::GenMakefiles,
+                        " moves it into the block"
+                    ]
                 };
                 // Writing the block leaves this line alone: nothing is lost, so it never blocks a write.
                 let text = before[a.bytes.clone()].trim_end().to_string();
-                diags.push((
-                    Diagnostic::error(
-                        Code::UnmanagedDirective,
-                        format!("`{text}` is in the tree but not in the policy"),
-                    )
-                    .at(loc)
-                    .hint(hint)
-                    .fixed_by(if known { Fix::GenMakefiles } else { Fix::Sync }),
-                    false,
-                ));
+                // The policy may hold it already (sync took it since the last generation).
+                let held = block_value(planned.file.parsed(), &a.name).is_some();
+                let message = if held {
+                    format!("`{text}` is outside the generated block, which the policy now writes it into")
+                } else {
+                    format!("`{text}` is in the tree but not in the policy")
+                };
+                let d = Diagnostic::error(Code::UnmanagedDirective, message).at(loc).hint(hint);
+                // `sync` takes the line into the policy, whose block then holds it, and
+                // `gen-makefiles` moves it there: one fix, two commands.
+                let d =
+                    if known { d.fixed_by(Fix::GenMakefiles) } else { d.fixed_by_then(Fix::Sync, Fix::GenMakefiles) };
+                diags.push((d, false));
             }
         }
     }
+}
+
+/// Whether `a` (after the block, what make reads: plain, unconditional, the variable's last
+/// line) says what the planned block says, so that writing the plan moves it into the block.
+fn takes_over(
+    parsed: &crate::makefile::KbuildFile,
+    planned: &crate::generate::PlannedFile,
+    a: &crate::makefile::Assignment,
+) -> bool {
+    let last = parsed.last_setter(&a.name).is_some_and(|l| l.line == a.line);
+    last && parsed.plainly_set(&a.name) && block_value(planned.parsed(), &a.name) == Some(a.value.trim())
 }
 
 /// A hand-written line that sets a variable the generated block sets to another value. When
@@ -240,7 +343,6 @@ fn conflict(
     loc: Location,
     (path, mech): (&str, MechId),
     (base, now): (&Base, &Base),
-    program: &str,
 ) -> Diagnostic {
     let plain = parsed.plainly_set(&a.name);
     let last = parsed.last_setter(&a.name).is_some_and(|l| l.line == a.line);
@@ -252,16 +354,28 @@ fn conflict(
     .at(loc);
     match (plain, last, policy_kept) {
         (true, true, true) => d
-            .hint(format!(
-                "make reads this line, not the block's (a merge or a hand edit set it since the last generation): run `{program} sync` to take its value into the policy, then `{program} gen-makefiles` moves it into the block"
-            ))
+            .hint(hint![
+                "make reads this line, not the block's (a merge or a hand edit set it since the last generation): run ",
+                Fix::Sync,
+                " to take its value into the policy, then ",
+                Fix::GenMakefiles,
+                " moves it into the block"
+            ])
             .fixed_by(Fix::Sync),
         (true, false, _) => d.hint(
             "make never reads this line: the generated block sets the variable again after it; delete it, or move the change into the policy",
         ),
-        (false, _, _) => d.hint(
-            "the policy owns this variable, and this line is conditional or not a plain assignment: write what it means into the policy, then delete it",
-        ),
+        (false, _, _) => match parsed.setters(&a.name).find(|o| o.line != a.line && !o.in_block && !o.is_plain()) {
+            // This line is plain; another hand line of the variable is not: removing this one
+            // would let that one take effect, so only a person can say what the tree means.
+            Some(other) if a.is_plain() => d.hint(format!(
+                "the policy owns this variable, and line {} sets it too, under a condition or not plainly: decide what the tree means, write that into the policy, then delete both lines",
+                other.line
+            )),
+            _ => d.hint(
+                "the policy owns this variable, and this line is conditional or not a plain assignment: write what it means into the policy, then delete it",
+            ),
+        },
         (true, true, false) => d.hint(
             "the policy changed this variable since the last generation too: decide which value is right, write it into the policy and delete this line",
         ),
@@ -284,7 +398,7 @@ enum Verdict {
 /// the reset. Before that, which side moved decides: the policy dropped (or flipped) the unit
 /// since the last generation (`gen-makefiles` writes the reset), or the line is new to the
 /// tree (a merge: `sync` takes it in; writing would reset it, so `gen-makefiles` refuses).
-fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<Verdict> {
+fn central_verdicts(plan: &Plan, base: &Base, now: &Base) -> Vec<Verdict> {
     // Each reset on disk covers one line it was written for: a second line for the same
     // variable (upstream re-adds one the policy dropped) is new to the tree, not in sync.
     let mut written = written_resets(plan);
@@ -304,7 +418,7 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<
             let policy_moved = base.known
                 && base.has(&path, mech)
                 && (!now.has(&path, mech) || base.state(&path, mech) != now.state(&path, mech));
-            let unmanaged = |hint: String| {
+            let unmanaged = |hint: crate::diagnostic::Hint| {
                 Diagnostic::error(
                     Code::UnmanagedDirective,
                     format!("`{}` is in the tree but not in the policy", u.text),
@@ -313,7 +427,7 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<
                 .hint(hint)
                 .fixed_by(Fix::Sync)
             };
-            let take_it = format!("run `{program} sync` to take it into the policy (the central file then repeats it)");
+            let take_it = hint!["run ", Fix::Sync, " to take it into the policy (the central file then repeats it)"];
             out.push(match &u.reset {
                 Ok(r) if take_one(written.get_mut(dir.as_str()), &r.key()) => Verdict::InSync,
                 Ok(_) if policy_moved => Verdict::Finding(
@@ -322,7 +436,7 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base, program: &str) -> Vec<
                         format!("`{}` still applies: the policy no longer has `{path}` `{mech}` this way, and `{}` does not reset it yet", u.text, crate::emit::central::CENTRAL_FILE),
                     )
                     .at(loc)
-                    .hint(format!("run `{program} gen-makefiles` to write the reset line into `{}`", crate::emit::central::CENTRAL_FILE))
+                    .hint(hint!["run ", Fix::GenMakefiles, format!(" to write the reset line into `{}`", crate::emit::central::CENTRAL_FILE)])
                     .fixed_by(Fix::GenMakefiles),
                     false,
                 ),
@@ -383,11 +497,11 @@ fn planned_snapshot(plan: &Plan) -> Base {
 /// Central layout: what the policy dropped that the central file cannot reset. Writing would
 /// leave the directory's line in force while the policy and its snapshot say otherwise, so
 /// `gen-makefiles` refuses it, `--force` or not.
-pub fn unwritable(policy: &Policy, plan: &Plan, base: &Base, program: &str) -> Diagnostics {
+pub fn unwritable(policy: &Policy, plan: &Plan, base: &Base) -> Diagnostics {
     if policy.layout != Layout::Central {
         return Diagnostics::default();
     }
-    let verdicts = central_verdicts(plan, base, &planned_snapshot(plan), program);
+    let verdicts = central_verdicts(plan, base, &planned_snapshot(plan));
     Diagnostics(
         verdicts
             .into_iter()

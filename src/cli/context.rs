@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::{Defaults, EXIT_BAD_INPUT};
+use crate::diagnostic::Invocation;
 use crate::diagnostic::{self, Code, Diagnostic, Diagnostics, Sources};
-use crate::generate::snapshot::{self, Base, Binding, Snapshot};
 use crate::generate::{self, Plan};
 use crate::kbuild::Rules;
 use crate::output::{self, Change, TreeLock, LOCK_WAIT};
@@ -24,22 +24,31 @@ pub struct CommonArgs {
     pub tree: Option<PathBuf>,
 }
 
-/// Renders diagnostics to stderr, in colour on a terminal.
+/// Renders diagnostics to stderr, in colour on a terminal, with every fix rendered for the
+/// invocation in use.
 pub struct Ui {
     pub sources: Sources,
+    pub invocation: Invocation,
     color: bool,
 }
 
 impl Ui {
-    pub fn new() -> Ui {
+    pub fn new(invocation: Invocation) -> Ui {
         let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        Ui { sources: Sources::default(), color }
+        Ui { sources: Sources::default(), invocation, color }
     }
 
     pub fn report(&mut self, diags: &Diagnostics) {
         if !diags.is_empty() {
-            eprint!("{}", diagnostic::render(diags, &mut self.sources, self.color));
+            eprint!("{}", diagnostic::render(diags, &mut self.sources, self.color, &self.invocation));
         }
+    }
+
+    /// Take the user's `--policy` and `--tree` into the invocation the fixes are rendered for.
+    pub fn invoked_with(&mut self, args: &CommonArgs) {
+        let typed = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        self.invocation.policy = typed(&args.policy);
+        self.invocation.tree = typed(&args.tree);
     }
 }
 
@@ -76,9 +85,13 @@ fn pathdiff(from: &Path, to: &Path) -> PathBuf {
 }
 
 pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut Ui) -> Result<Inputs, u8> {
+    ui.invoked_with(args);
     let tree = if allow_tree { args.tree.clone().or_else(|| default_tree(defaults)) } else { None };
     let mut diags = Diagnostics::default();
     diags.0.extend(tree.as_deref().and_then(tree_problem));
+    if diags.is_empty() {
+        diags.0.extend(args.tree.as_deref().filter(|_| allow_tree).and_then(not_the_top));
+    }
     let policy_path = match (&args.policy, &tree) {
         (Some(p), _) => p.clone(),
         (None, Some(t)) if defaults.policy.is_relative() => t.join(&defaults.policy),
@@ -89,17 +102,18 @@ pub fn inputs(args: &CommonArgs, defaults: &Defaults, allow_tree: bool, ui: &mut
     diags.0.extend(policy_problem(&policy_path));
     if let (None, Some(t)) = (&args.policy, &tree) {
         if !diags.has_errors() && std::fs::symlink_metadata(&policy_path).is_err() {
-            let tree_arg = args.tree.as_ref().map(|_| format!(" --tree {}", display(t))).unwrap_or_default();
+            let _ = t;
             diags.push(
                 Diagnostic::error(
                     Code::Io,
                     format!("cannot read policy `{}`: there is none, the tree is not adopted yet", policy_path.display()),
                 )
                 .at(diagnostic::Location::file(&policy_path))
-                .hint(format!(
-                        "adopt it: `{} import --adopt{tree_arg}` writes the policy from the tree's own lines (no kbuild byte changes); or pass a policy with `--policy FILE`",
-                        defaults.program
-                    )),
+                .hint(crate::hint![
+                    "adopt it: ",
+                    crate::diagnostic::Fix::ImportAdopt,
+                    " writes the policy from the tree's own lines (no kbuild byte changes); or pass a policy with `--policy FILE`"
+                ]),
             );
         }
     }
@@ -173,62 +187,26 @@ impl Sweeping {
     }
 }
 
-/// The plan of every generated file, the effective snapshot included (computed on the other
-/// core): what `gen-makefiles` writes and what drift is judged on. With it, the last generated
-/// state ([`base_for`]), read on that core too: the snapshot is done long before the plan.
-pub fn plan_with_snapshot(
-    inputs: &Inputs,
-    out: Option<&Path>,
-    defaults: &Defaults,
-    force: bool,
-    sweep: Sweeping,
-) -> (Plan, Base) {
-    let (mut plan, snapshot) = std::thread::scope(|scope| {
-        let snapshot = scope.spawn(|| (effective_snapshot(inputs, out), base_for(inputs, out, &defaults.program)));
-        let plan = plan_for(inputs, out, defaults, force, sweep);
-        (plan, snapshot.join())
-    });
-    let Ok(((snapshot, change), base)) = snapshot else {
-        plan.diags.push(Diagnostic::error(Code::Internal, "computing the effective snapshot failed (a sanpolicy bug)"));
-        return (plan, Base::default());
+/// The whole plan of the run (see [`generate::plan`]): the tree's (`out` `None` with a tree) or
+/// the fragments' under `out` (or the front end's default directory), with its snapshot and the
+/// memory of the last generation.
+pub fn plan(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: Sweeping) -> Plan {
+    let command = format!("{} gen-makefiles", defaults.program);
+    let target = match (&inputs.tree, out) {
+        (Some(tree), None) => generate::Target::Tree { tree, force, sweep: sweep.of(tree) },
+        (_, out) => generate::Target::Fragments { out: out.unwrap_or(&defaults.out), command: &command },
     };
-    plan.changes.push(change);
-    plan.snapshot = Some(snapshot);
-    let base = base.unwrap_or_else(|d| {
-        plan.diags.push(*d);
-        Base::default()
-    });
-    (plan, base)
+    generate::plan(&inputs.policy, &inputs.rules, &inputs.policy_path, target)
 }
 
-/// What the run's snapshot is bound to: the tree, unless fragments are written (`--out`, or no
-/// tree at all), which are no tree's generation.
-pub fn binding(inputs: &Inputs, out: Option<&Path>) -> Binding {
-    match out {
-        Some(_) => Binding::None,
-        None => Binding::of(&inputs.policy_path, inputs.tree.as_deref()),
+/// The judge's inputs of this run.
+pub fn judged<'a>(inputs: &'a Inputs, out: Option<&Path>, ui: &'a Ui) -> crate::check::judge::Inputs<'a> {
+    crate::check::judge::Inputs {
+        policy: &inputs.policy,
+        rules: &inputs.rules,
+        tree: inputs.tree.as_deref().filter(|_| out.is_none()),
+        invocation: &ui.invocation,
     }
-}
-
-/// The committed effective-policy snapshot: beside the policy, or in `--out` when given. Its
-/// body is computed from the policy's blocks alone, so it reads the same with or without a
-/// tree; its binding names the tree it was written for.
-fn effective_snapshot(inputs: &Inputs, out: Option<&Path>) -> (Snapshot, Change) {
-    let beside = snapshot::snapshot_path(&inputs.policy_path);
-    let path = match out {
-        Some(dir) => dir.join(beside.file_name().unwrap_or_default()),
-        None => beside,
-    };
-    let snapshot = Snapshot::compute(&inputs.policy, &inputs.rules, binding(inputs, out));
-    let mut change = snapshot::snapshot_change(&snapshot, &path, &inputs.policy_path);
-    change.display = display(&path);
-    (snapshot, change)
-}
-
-/// The last generated state, for telling which side of a drift moved: the committed snapshot,
-/// validated, when it was written for this tree (else unknown: a first application).
-pub fn base_for(inputs: &Inputs, out: Option<&Path>, program: &str) -> Result<Base, Box<Diagnostic>> {
-    snapshot::read_base(&inputs.policy_path, &binding(inputs, out), program)
 }
 
 /// Why the arch Makefiles that name objects of `dirs` (directories under `arch/<arch>/`)
@@ -241,20 +219,8 @@ pub fn arch_problems<'a>(tree: &Path, dirs: impl Iterator<Item = &'a str>) -> Di
     Diagnostics(problems.map(|d| *d).collect())
 }
 
-pub fn plan_for(inputs: &Inputs, out: Option<&Path>, defaults: &Defaults, force: bool, sweep: Sweeping) -> Plan {
-    match (&inputs.tree, out) {
-        (Some(tree), None) => generate::plan_tree_swept(&inputs.policy, tree, &inputs.rules, force, sweep.of(tree)),
-        (_, out) => {
-            let out = out.unwrap_or(&defaults.out);
-            let command = format!("{} gen-makefiles", defaults.program);
-            generate::plan_fragments(&inputs.policy, &inputs.rules, out, &command, &display(&inputs.policy_path))
-        }
-    }
-}
-
 pub fn display(path: &Path) -> String {
-    let cwd = std::env::current_dir().unwrap_or_default();
-    path.strip_prefix(&cwd).unwrap_or(path).display().to_string()
+    output::shown(path)
 }
 
 /// Why `path` cannot be read as a policy before loading it: a directory (a missing file is
@@ -265,6 +231,34 @@ pub fn policy_problem(path: &Path) -> Option<Diagnostic> {
             .at(diagnostic::Location::file(path))
             .hint("pass the policy file itself with `--policy FILE`")
     })
+}
+
+/// A `--tree` that names a directory inside a kernel tree rather than its top (`--tree mm`):
+/// every command needs the top, where the rules and the policy are.
+fn not_the_top(tree: &Path) -> Option<Diagnostic> {
+    if tree.join("scripts/Makefile.build").is_file() {
+        return None;
+    }
+    let abs = tree.canonicalize().ok()?;
+    let top = abs.ancestors().skip(1).find(|d| d.join("scripts/Makefile.build").is_file())?;
+    let cwd = std::env::current_dir().ok()?.canonicalize().ok()?;
+    let shown = match cwd.strip_prefix(top) {
+        Ok(rest) if rest.as_os_str().is_empty() => ".".to_string(),
+        Ok(rest) => rest.components().map(|_| "..").collect::<Vec<_>>().join("/"),
+        Err(_) => top.strip_prefix(&cwd).map_or_else(|_| top.display().to_string(), |p| p.display().to_string()),
+    };
+    Some(
+        Diagnostic::error(
+            Code::Usage,
+            format!("`{}` is a directory inside the kernel tree `{shown}`, not its top", tree.display()),
+        )
+        .at(diagnostic::Location::file(tree))
+        .hint(format!(
+            "pass the tree's top: `--tree {}` (the policy names directories relative to it, e.g. `{}/…`)",
+            crate::diagnostic::fix::quote(&shown),
+            abs.strip_prefix(top).map(|p| p.display().to_string()).unwrap_or_default()
+        )),
+    )
 }
 
 /// Why `tree` cannot be used as a kernel tree, if it cannot.

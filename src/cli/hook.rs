@@ -4,23 +4,35 @@ use std::path::Path;
 
 use clap::Args;
 
-use super::context::{inputs, tree_problem, CommonArgs, Ui};
+use super::context::{display, inputs, tree_problem, CommonArgs, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
-use crate::diagnostic::{Code, Diagnostic, Diagnostics, Fix};
+use crate::check::judge::{judge, Mode};
+use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::output;
+use crate::output::Change;
 use crate::review::hook;
 
-pub fn pre_commit_run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+#[derive(Debug, Args)]
+pub struct PreCommitArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// How to print the verdict.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: super::gen::GenFormat,
+}
+
+pub fn pre_commit_run(args: &PreCommitArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+    let common = &args.common;
     // git lists what is staged while the policy and the rules are read.
-    let started = hook::start(args.tree.as_deref().unwrap_or(Path::new(".")));
-    if let Some(note) = no_policy_here(args, defaults) {
+    let started = hook::start(common.tree.as_deref().unwrap_or(Path::new(".")));
+    if let Some(note) = no_policy_here(common, defaults) {
         eprintln!("{note}");
         return EXIT_OK;
     }
-    let Ok(inputs) = inputs(args, defaults, true, ui) else { return EXIT_BAD_INPUT };
+    let Ok(inputs) = inputs(common, defaults, true, ui) else { return EXIT_BAD_INPUT };
     let tree = inputs.tree.clone().unwrap_or_else(|| ".".into());
     let started = started.or_else(|_| hook::start(&tree));
-    let on_disk = inputs.policy;
+    let on_disk = inputs.policy.clone();
     let outcome = match started
         .and_then(|s| hook::pre_commit_started(s, &tree, &inputs.policy_path, Some(on_disk), &inputs.rules))
     {
@@ -30,33 +42,63 @@ pub fn pre_commit_run(args: &CommonArgs, defaults: &Defaults, ui: &mut Ui) -> u8
             return EXIT_BAD_INPUT;
         }
     };
-    // Diagnostics point into the staged text, which the working tree may not hold.
-    for (path, text) in &outcome.sources {
-        ui.sources.insert(path, text);
+    // The fixes are for what is staged: they stage what they write, and name the tree so that
+    // they run wherever in the repository the user committed from.
+    ui.invocation.stage = true;
+    if !outcome.prefix.is_empty() {
+        ui.invocation.tree = std::path::absolute(&tree).ok().map(|t| t.display().to_string());
+        // A policy the user named is named the same way: relative to the top, it would not be
+        // found from the directory the user committed in.
+        if let Some(policy) = ui.invocation.policy.take() {
+            ui.invocation.policy = std::path::absolute(&policy).ok().map(|p| p.display().to_string());
+        }
     }
-    for c in &outcome.stale {
-        out!("{}", c.diff());
-    }
-    ui.report(&outcome.diags.clone().sorted());
-    if outcome.diags.has_bad_input() {
-        return EXIT_BAD_INPUT;
-    }
-    if outcome.stale.is_empty() && !outcome.diags.has_errors() {
-        return EXIT_OK;
-    }
-    // The closing line names the same fixes as the findings' `help:` lines, in the order to run
-    // them, then what the hook judges: the index.
-    let mut fixes = outcome.diags.fixes();
-    if fixes.is_empty() && !outcome.stale.is_empty() {
-        fixes.insert(Fix::GenMakefiles);
-    }
-    let fix = if fixes.is_empty() {
-        "follow each `help:` above".to_string()
-    } else {
-        format!("{}, then stage what they wrote (`git add -u`)", Fix::sequence(&fixes, &defaults.program))
+    let judged = crate::check::judge::Inputs {
+        policy: &outcome.judged,
+        rules: &inputs.rules,
+        tree: Some(&tree),
+        invocation: &ui.invocation,
     };
-    eprintln!("sanpolicy: the commit is out of sync with the policy; fix: {fix}");
-    EXIT_FINDINGS
+    let mut verdict = judge(judged, &outcome.plan, Mode::Staged { unstaged: &[] });
+    if !verdict.fixes.is_empty() {
+        // A fix runs on the working tree: where it holds something else than the index in a
+        // file the fix reads or writes, it would not judge what the hook judged.
+        let unstaged = hook::unstaged(&outcome.repo, &outcome.fixed_files()).unwrap_or_default();
+        if !unstaged.is_empty() {
+            verdict = judge(judged, &outcome.plan, Mode::Staged { unstaged: &unstaged });
+        }
+    }
+    if args.format == super::gen::GenFormat::Json {
+        outln!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
+        return verdict.exit_code();
+    }
+    // Diagnostics point into the staged text, which the working tree may not hold; both are
+    // named relative to where the hook runs.
+    for (path, text) in &outcome.sources {
+        ui.sources.insert(Path::new(&display(path)), text);
+    }
+    for i in &verdict.stale {
+        let c = &outcome.plan.changes[*i];
+        out!("{}", Change { display: display(&c.path), ..c.clone() }.diff());
+    }
+    ui.report(&relocated(&verdict.diagnostics));
+    let code = verdict.exit_code();
+    if code == EXIT_FINDINGS {
+        eprintln!("{}", verdict.closing("sanpolicy: the commit is out of sync with the policy"));
+    }
+    if let Some(line) = verdict.remaining_line(&ui.invocation) {
+        eprintln!("{line}");
+    }
+    code
+}
+
+/// `diags` with every location named relative to where the hook runs.
+fn relocated(diags: &Diagnostics) -> Diagnostics {
+    let mut out = diags.clone();
+    for l in out.0.iter_mut().filter_map(|d| d.location.as_mut()) {
+        l.path = display(&l.path).into();
+    }
+    out
 }
 
 /// One note line when this branch has no policy (an upstream branch, before adoption): neither
@@ -105,7 +147,7 @@ pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> 
                 Code::Usage,
                 format!("`{}` exists and was not written by sanpolicy", path.display()),
             )
-            .hint("pass `--force` to replace it, or call `sanpolicy pre-commit` from your own hook")]));
+            .hint("pass `--force` to replace it, or call `sanpolicy pre-commit` from your own hook (the hook script sanpolicy writes shows how)")]));
             return EXIT_BAD_INPUT;
         }
     }
@@ -134,4 +176,12 @@ pub fn install_run(args: &InstallHookArgs, defaults: &Defaults, ui: &mut Ui) -> 
 fn make_executable(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}
+
+/// Stage the files a fix wrote (`--stage`), reporting a failure.
+pub fn stage(paths: &[&Path], ui: &mut Ui) -> Result<(), ()> {
+    hook::stage(paths).map_err(|e| {
+        ui.report(&Diagnostics(vec![Diagnostic::error(Code::Usage, format!("cannot stage what was written: {e}"))
+            .hint("run inside the kernel's git checkout, or without `--stage`")]));
+    })
 }

@@ -8,7 +8,7 @@ use clap::Args;
 use super::context::{display, lock_tree, rules_for_tree, write, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
-use crate::generate::snapshot::{self as effective, Binding, Snapshot};
+use crate::generate::snapshot as effective;
 use crate::{import, output, policy};
 
 #[derive(Debug, Args)]
@@ -33,7 +33,31 @@ pub struct ImportArgs {
     /// Overwrite an existing policy file.
     #[arg(long)]
     pub force: bool,
+    /// `json`: print the summary (schema `sanpolicy.import/1`) on stdout instead of text.
+    #[arg(long, value_enum, default_value_t = super::gen::GenFormat::Text)]
+    pub format: super::gen::GenFormat,
 }
+
+/// `import --format json`: what was read, written and found, and the command that comes next.
+#[derive(Debug, serde::Serialize)]
+struct Summary<'a> {
+    schema: &'static str,
+    tree: String,
+    layout: &'static str,
+    files_read: usize,
+    directives: usize,
+    units: usize,
+    without_reason: usize,
+    outside_policy: usize,
+    stale: usize,
+    kbuild_files_changed: usize,
+    written: Vec<String>,
+    diagnostics: &'a [Diagnostic],
+    next: crate::check::judge::Command,
+    exit_code: u8,
+}
+
+pub const IMPORT_SCHEMA: &str = "sanpolicy.import/1";
 
 const IMPORT_HEADER: &str = "Imported from a kernel tree by `sanpolicy import`.
 Each reason is the tree's own comment above the lines; `TODO(sanpolicy import)` marks units
@@ -46,7 +70,19 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         return EXIT_BAD_INPUT;
     };
     let out = args.out.clone().unwrap_or_else(|| tree.join(&Defaults::binary().policy));
+    ui.invocation.tree = args.tree.as_ref().map(|t| t.display().to_string());
+    ui.invocation.policy = args.out.as_ref().filter(|o| o.as_os_str() != "-").map(|o| o.display().to_string());
+    ui.invocation.layout = Some(args.layout.clone()).filter(|l| l != "in-place");
     let to_stdout = out.as_os_str() == "-";
+    let json = args.format == super::gen::GenFormat::Json;
+    if json && to_stdout {
+        ui.report(&Diagnostics(vec![Diagnostic::error(
+            Code::Usage,
+            "`--format json` prints the summary on stdout, where `--out -` prints the policy",
+        )
+        .hint("write the policy to a file (`--out FILE`), or drop `--format json`")]));
+        return EXIT_BAD_INPUT;
+    }
     // A run that writes holds the tree's lock from before the first read until written.
     let Ok(lock) = lock_tree(Some(tree.as_path()).filter(|_| args.adopt || !to_stdout), ui) else {
         return EXIT_BAD_INPUT;
@@ -86,8 +122,7 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         });
         // The policy's effective-instrumentation snapshot starts out in sync, as gen-makefiles
         // keeps it: the tree's lines are the policy's, so it is this tree's last generation.
-        let snapshot = Snapshot::compute(&policy, &rules, Binding::of(&out, Some(&tree)));
-        changes.push(effective::snapshot_change(&snapshot, &effective::snapshot_path(&out), &out));
+        changes.push(crate::generate::adopted_snapshot(&policy, &rules, &out, &tree));
     }
     if args.adopt {
         match adoption(&policy, &scan, &rules, &tree) {
@@ -99,7 +134,9 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             }
         }
     }
-    report_scan(ui, &scan, args.verbose);
+    if !json {
+        report_scan(ui, &scan, args.verbose);
+    }
     if to_stdout {
         out!("{text}");
     }
@@ -110,6 +147,27 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let count = |code: Code| scan.diags.iter().filter(|d| d.code == code).count();
     let rewritten =
         changes.iter().filter(|c| c.path != out && !c.display.ends_with(".effective.txt") && !c.is_noop()).count();
+    if json {
+        let fix = crate::diagnostic::Fix::Check;
+        let summary = Summary {
+            schema: IMPORT_SCHEMA,
+            tree: tree.display().to_string(),
+            layout: layout.name(),
+            files_read: scan.files_read,
+            directives: scan.directives,
+            units: scan.units.len(),
+            without_reason: placeholders,
+            outside_policy: count(Code::Unrepresentable),
+            stale: count(Code::MissingSource),
+            kbuild_files_changed: if args.adopt { rewritten } else { 0 },
+            written: changes.iter().filter(|c| !c.is_noop()).map(|c| c.display.clone()).collect(),
+            diagnostics: &scan.diags.0,
+            next: crate::check::judge::Command::of(&fix, &ui.invocation),
+            exit_code: EXIT_OK,
+        };
+        outln!("{}", serde_json::to_string_pretty(&summary).unwrap_or_default());
+        return EXIT_OK;
+    }
     eprintln!(
         "{}: {} kbuild files read, {} directives, {} units ({placeholders} without a reason), {} outside the policy, {} stale; layout {}{}",
         tree.display(),
@@ -122,12 +180,12 @@ pub fn run(args: &ImportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         if args.adopt { format!(", {rewritten} kbuild file(s) changed") } else { String::new() }
     );
     if !to_stdout {
-        let program = &defaults.program;
+        let check = ui.invocation.render(&crate::diagnostic::Fix::Check);
         eprintln!("wrote {} and {}", display(&out), display(&effective::snapshot_path(&out)));
         let files = [display(&out), display(&effective::snapshot_path(&out))];
         let add = if git_ignores(&files) { "git add -f" } else { "git add" };
         let how = if add == "git add -f" { " (git ignores them here: `-f` adds them anyway)" } else { "" };
-        eprintln!("next: `{program} check` lists what the tree breaks (recursion-prone units, stale directives); acknowledge what you keep on purpose with `[[acknowledge]]`, fix the rest; replace the `TODO(sanpolicy import)` reasons; commit both files: `{add} {} {}`{how}", files[0], files[1]);
+        eprintln!("next: `{check}` lists what the tree breaks (recursion-prone units, stale directives); acknowledge what you keep on purpose with `[[acknowledge]]`, fix the rest; replace the `TODO(sanpolicy import)` reasons; commit both files: `{add} {} {}`{how}", files[0], files[1]);
     }
     EXIT_OK
 }

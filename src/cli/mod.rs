@@ -21,6 +21,7 @@ mod boot;
 mod check;
 mod context;
 mod derive;
+mod dist;
 mod dotconfig;
 mod gen;
 mod gen_cargo;
@@ -37,7 +38,9 @@ use clap::{Parser, Subcommand};
 
 use context::{CommonArgs, Ui};
 
+use crate::diagnostic::{FrontEnd, Invocation};
 pub use crate::diagnostic::{EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK};
+pub use dist::{command, completion, completion_file, man_pages, reference_markdown, write_dist};
 
 /// What differs between the two front ends.
 #[derive(Debug, Clone)]
@@ -50,6 +53,8 @@ pub struct Defaults {
     pub tree: Option<PathBuf>,
     /// Where fragments go when there is no tree.
     pub out: PathBuf,
+    /// How the user runs this front end: what printed fixes name.
+    pub front: FrontEnd,
 }
 
 impl Defaults {
@@ -60,6 +65,7 @@ impl Defaults {
             policy: "sanitizer-policy.toml".into(),
             tree: Some(".".into()),
             out: "target/sanpolicy/fragments".into(),
+            front: binary_front_end(),
         }
     }
 
@@ -70,8 +76,70 @@ impl Defaults {
             policy: repo.join("policy/linux.toml"),
             tree: None,
             out: repo.join("target/sanpolicy/fragments"),
+            front: FrontEnd::Xtask,
         }
     }
+
+    /// The invocation fixes are rendered for before a command takes in the user's flags.
+    pub fn invocation(&self) -> Invocation {
+        Invocation::of(self.front.clone())
+    }
+}
+
+/// How this binary was run: by the pre-commit framework from its own environment (a `language:
+/// rust` hook: the binary is nowhere else, so fixes are the framework's manual-stage hooks),
+/// else as the user named it (`sanpolicy` from PATH, `./target/debug/sanpolicy`, or the
+/// absolute path a git hook runs), so a fix runs as printed where it was printed.
+fn binary_front_end() -> FrontEnd {
+    let exe = std::env::current_exe().ok();
+    if std::env::var_os("PRE_COMMIT").is_some_and(|v| v == "1") {
+        if let Some(exe) = exe.as_deref().filter(|e| in_pre_commit_store(e)) {
+            return FrontEnd::PreCommit { program: exe.to_string_lossy().into_owned(), hooks: configured_hooks() };
+        }
+    }
+    let named = std::env::args_os().next().map(|a| a.to_string_lossy().into_owned());
+    FrontEnd::Binary(match named {
+        // Run by a path: the short name only where the shell finds this very binary by it.
+        Some(path) if path.contains('/') && !on_path_as(exe.as_deref(), "sanpolicy") => path,
+        Some(name) if !name.contains('/') => name,
+        _ => "sanpolicy".to_string(),
+    })
+}
+
+/// The hook ids the framework's configuration lists (`- id: NAME` lines of
+/// `.pre-commit-config.yaml` in the directory the framework runs hooks in, the repository's
+/// top): a fix is printed as `pre-commit run ID` only where that would find the hook.
+fn configured_hooks() -> Vec<String> {
+    // A configuration is a few hundred bytes: a larger or special file is not one to trust.
+    let Ok(text) = crate::input::read_to_string(Path::new(".pre-commit-config.yaml"), 1 << 20) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| l.trim_start().trim_start_matches("- ").trim_start().strip_prefix("id:"))
+        .map(|id| id.trim().trim_matches(|c| c == '"' || c == '\'').to_string())
+        .filter(|id| !id.is_empty())
+        .collect()
+}
+
+/// Whether `name`, looked up on `PATH` as a shell does, is the executable `exe`.
+fn on_path_as(exe: Option<&Path>, name: &str) -> bool {
+    let (Some(exe), Some(path)) = (exe.and_then(|e| e.canonicalize().ok()), std::env::var_os("PATH")) else {
+        return false;
+    };
+    let found = std::env::split_paths(&path).map(|d| d.join(name)).find(|c| c.is_file());
+    found.and_then(|f| f.canonicalize().ok()).is_some_and(|f| f == exe)
+}
+
+/// Whether `exe` lies in the pre-commit framework's store (`$PRE_COMMIT_HOME`, else
+/// `$XDG_CACHE_HOME/pre-commit`, else `~/.cache/pre-commit`), where it builds `language: rust`
+/// hooks.
+fn in_pre_commit_store(exe: &Path) -> bool {
+    let store = std::env::var_os("PRE_COMMIT_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("pre-commit")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/pre-commit")));
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    store.is_some_and(|s| canonical(exe).starts_with(canonical(&s)))
 }
 
 #[derive(Debug, Parser)]
@@ -129,7 +197,7 @@ enum Command {
     Diff(review::DiffArgs),
     /// The git pre-commit check: staged kbuild files and policy in sync, no hand-added directives.
     #[command(after_help = "Example:\n  sanpolicy pre-commit        # what `install-hook` makes git run")]
-    PreCommit(CommonArgs),
+    PreCommit(hook::PreCommitArgs),
     /// Install the pre-commit hook into this checkout (`.git/hooks/pre-commit`).
     #[command(
         after_help = "Example:\n  sanpolicy install-hook\n  sanpolicy install-hook --force   # replace a hook sanpolicy did not write"
@@ -152,6 +220,11 @@ enum Command {
         after_help = "Examples:\n  sanpolicy cost kernel/locking/lockdep.o --mechanism kasan --runs 8\n  cargo xtask cost kernel/locking/lockdep.o --tree /usr/src/linux --preempt-rt --format json"
     )]
     Cost(boot::CostArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(
+        after_help = "Examples:\n  sanpolicy completions bash > ~/.local/share/bash-completion/completions/sanpolicy\n  sanpolicy completions zsh > ~/.zfunc/_sanpolicy"
+    )]
+    Completions(dist::CompletionsArgs),
 }
 
 /// Parse `args` (program name first) and run; returns the exit code.
@@ -163,7 +236,7 @@ pub fn main(args: impl IntoIterator<Item = String>, defaults: &Defaults) -> u8 {
             return if e.use_stderr() { EXIT_BAD_INPUT } else { EXIT_OK };
         }
     };
-    let mut ui = Ui::new();
+    let mut ui = Ui::new(defaults.invocation());
     match cli.command {
         Command::GenMakefiles(a) => gen::run(&a, defaults, &mut ui),
         Command::GenCargo(a) => gen_cargo::run(&a, defaults, &mut ui),
@@ -179,5 +252,6 @@ pub fn main(args: impl IntoIterator<Item = String>, defaults: &Defaults) -> u8 {
         Command::Derive(a) => derive::run(&a, defaults, &mut ui),
         Command::Boot(a) => boot::boot_run(&a, defaults, &mut ui),
         Command::Cost(a) => boot::cost_run(&a, defaults, &mut ui),
+        Command::Completions(a) => dist::completions_run(&a),
     }
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
-use super::context::{display, inputs, plan_for, CommonArgs, Sweeping, Ui};
+use super::context::{display, inputs, judged, plan, CommonArgs, Sweeping, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::policy;
@@ -54,7 +54,11 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             return EXIT_BAD_INPUT;
         }
     }
-    let plan = inputs.tree.as_ref().map(|_| plan_for(&inputs, None, defaults, true, Sweeping::No));
+    let plan = inputs.tree.as_ref().map(|_| plan(&inputs, None, defaults, true, Sweeping::No));
+    // Drift about what is explained is the judge's, with the fix every other command prints.
+    let verdict = plan
+        .as_ref()
+        .map(|p| crate::check::judge::judge(judged(&inputs, None, ui), p, crate::check::judge::Mode::Explain));
     let descent = descent_for(inputs.tree.as_deref(), config.as_ref(), ui);
     let mut json = Vec::new();
     for object in &args.objects {
@@ -104,11 +108,20 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
                         serde_json::json!({"mechanism": l.mech.get().name, "at": l.location.to_string(), "line": l.text})
                     });
                     map.insert("rules_files".into(), serde_json::Value::Array(lines.collect()));
+                    // The judge's drift about this object, as every other command reports it.
+                    let drift: Vec<&Diagnostic> = verdict
+                        .iter()
+                        .flat_map(|v| v.diagnostics.iter())
+                        .filter(|d| d.subject.as_ref().is_some_and(|s| s.path == e.object))
+                        .collect();
+                    map.insert("schema".into(), serde_json::Value::from(EXPLAIN_SCHEMA));
+                    map.insert("drift".into(), serde_json::to_value(drift).unwrap_or_default());
                 }
                 json.push(j)
             }
             _ => {
-                out!("{}", explain::render_text(&e, &inputs.policy, &defaults.program));
+                let advice = |id: crate::mechanism::MechId| drift_advice(verdict.as_ref(), &e, id, &ui.invocation);
+                out!("{}", explain::render_text(&e, &inputs.policy, &advice));
                 for (at, l) in &outside {
                     outln!("  {:<18} also decided outside the policy: {at}: {}", l.mech.get().name, l.describe());
                 }
@@ -128,6 +141,10 @@ pub fn explain_run(args: &ExplainArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     EXIT_OK
 }
+
+/// The version of `explain --format json`'s objects: each also carries the judge's drift
+/// findings about it, serialised as every verdict's diagnostics are.
+pub const EXPLAIN_SCHEMA: &str = "sanpolicy.explain/1";
 
 /// Kbuild's descent for the build of `config` in `tree` (both needed); a tree whose descent
 /// cannot be walked is a warning, and the answers then say nothing of what is built.
@@ -258,7 +275,7 @@ pub fn report_run(args: &ReportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         }
     };
     if let Some(tree) = inputs.tree.as_deref() {
-        let plan = plan_for(&inputs, None, defaults, true, Sweeping::No);
+        let plan = plan(&inputs, None, defaults, true, Sweeping::No);
         r = r.with_tree(&inputs.policy, &inputs.rules, tree, &plan);
         if let (Some(c), Some(d)) = (config.as_ref(), descent_for(Some(tree), config.as_ref(), ui)) {
             r = r.with_config(&inputs.policy, &inputs.rules, tree, c, &d);
@@ -272,6 +289,35 @@ pub fn report_run(args: &ReportArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         Format::Markdown => out!("{}", report::markdown(&r, &inputs.policy)),
     }
     EXIT_OK
+}
+
+/// What fixes the drift `explain` notes for `e`'s `id`: the judge's finding about it, with the
+/// fix every command prints, else where to look.
+fn drift_advice(
+    verdict: Option<&crate::check::judge::Verdict>,
+    e: &explain::Explanation,
+    id: crate::mechanism::MechId,
+    invocation: &crate::diagnostic::Invocation,
+) -> String {
+    let about = |d: &&Diagnostic| {
+        d.subject
+            .as_ref()
+            .is_some_and(|s| s.mechanism == Some(id) && (s.path == e.object || s.path == format!("{}/", e.kbuild_dir)))
+    };
+    let found = verdict.and_then(|v| v.diagnostics.iter().find(about));
+    match found {
+        Some(d) => match &d.fix {
+            Some(fix) => format!("{}; fix: `{}`", d.message, invocation.render(fix)),
+            None => format!(
+                "{}; a person must decide: {}",
+                d.message,
+                d.hint.as_ref().map(|h| h.render(invocation)).unwrap_or_default()
+            ),
+        },
+        None => {
+            format!("`{}` says which side moved and how to fix it", invocation.render(&crate::diagnostic::Fix::Check))
+        }
+    }
 }
 
 #[derive(Debug, Args)]

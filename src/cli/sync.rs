@@ -2,10 +2,10 @@
 
 use clap::Args;
 
-use super::context::{base_for, display, inputs, lock_tree, write, CommonArgs, Ui};
+use super::context::{display, inputs, judged, lock_tree, plan, write, CommonArgs, Sweeping, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
+use crate::check::judge::{judge, Mode};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
-use crate::generate::snapshot::{self, Snapshot};
 use crate::output::Change;
 use crate::{import, policy};
 
@@ -13,14 +13,24 @@ use crate::{import, policy};
 pub struct SyncArgs {
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Write nothing; exit 1 when the policy would change.
+    /// Write nothing: judge the tree, the policy and the last generation as `gen-makefiles
+    /// --check` does, and exit 1 with the fix when they differ.
     #[arg(long)]
     pub check: bool,
+    /// Stage what is written (`git add`), for a commit the pre-commit hook judges.
+    #[arg(long, conflicts_with = "check")]
+    pub stage: bool,
+    /// `json`: print the verdict (schema `sanpolicy.verdict/1`) on stdout instead of text.
+    #[arg(long, value_enum, default_value_t = super::gen::GenFormat::Text)]
+    pub format: super::gen::GenFormat,
 }
 
 pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+    if args.check {
+        return check(args, defaults, ui);
+    }
     // Held from before the first read until the policy is written: no run interleaves.
-    let tree = args.common.tree.clone().or_else(|| super::context::default_tree(defaults)).filter(|_| !args.check);
+    let tree = args.common.tree.clone().or_else(|| super::context::default_tree(defaults));
     let Ok(lock) = lock_tree(tree.as_deref(), ui) else { return EXIT_BAD_INPUT };
     let Ok(inputs) = inputs(&args.common, defaults, true, ui) else { return EXIT_BAD_INPUT };
     let Some(tree) = inputs.tree.clone() else {
@@ -28,41 +38,144 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         ui.report(&Diagnostics(vec![usage]));
         return EXIT_BAD_INPUT;
     };
+    // The memory of the last generation and what the policy says now, as every command reads
+    // them: from the plan.
+    let plan = plan(&inputs, None, defaults, true, Sweeping::No);
+    if plan.diags.has_bad_input() {
+        ui.report(&plan.diags);
+        return EXIT_BAD_INPUT;
+    }
+    let now = plan.snapshot.as_ref().map(|s| s.as_now()).unwrap_or_default();
     let main = inputs.policy.files.first().map(|(_, t)| t.clone()).unwrap_or_default();
-    let base = match base_for(&inputs, None, &defaults.program) {
-        Ok(base) => base,
-        Err(d) => {
-            ui.report(&Diagnostics(vec![*d]));
-            return EXIT_BAD_INPUT;
-        }
-    };
-    let now = Snapshot::compute(&inputs.policy, &inputs.rules, super::context::binding(&inputs, None)).as_now();
     // A hand-edited block is what sync takes back, so it is read; a file it cannot read at all
     // (broken markers) would lose its units: refused.
     let scan = import::scan_edited(&tree, &inputs.rules);
-    if scan.diags.has_errors() {
-        ui.report(&Diagnostics(scan.diags.iter().filter(|d| d.is_error()).cloned().collect()).sorted());
-        eprintln!("error: the tree has kbuild files sync cannot read; nothing was written");
-        return EXIT_BAD_INPUT;
-    }
-    let Ok((central, reset)) = central_units(&inputs.policy, &tree, ui) else { return EXIT_BAD_INPUT };
-    let synced =
-        match import::sync::sync(&inputs.policy, &main, &scan, &central, &reset, &base, &now, &defaults.program) {
-            Ok(s) => s,
+    // A line make never reads stays the tree's: said, never dropped in silence.
+    ui.report(&Diagnostics(scan.diags.iter().filter(|d| d.code == Code::SetTwice).cloned().collect()));
+    let mut refused = Diagnostics(scan.diags.iter().filter(|d| d.is_error()).cloned().collect());
+    let central = match central_units(&inputs.policy, &tree) {
+        Ok(c) => c,
+        Err(d) => {
+            refused.push(*d);
+            Default::default()
+        }
+    };
+    let synced = if refused.has_errors() {
+        None
+    } else {
+        let (units, reset) = &central;
+        let history = |key: &import::sync::Key| lost_from_history(&tree, key);
+        match import::sync::sync(&inputs.policy, &main, &scan, units, reset, &plan.base, &now, &history) {
+            Ok(s) => Some(s),
             Err(diags) => {
-                ui.report(&diags.sorted());
-                eprintln!("error: nothing was written");
-                return EXIT_BAD_INPUT;
+                refused.extend(diags);
+                None
             }
-        };
-    // The new policy must still be a valid policy, and its snapshot is rewritten to match.
-    let (policy, diags) = policy::parse_str(&inputs.policy_path, &synced.text);
-    if diags.has_errors() {
-        ui.sources.insert(&inputs.policy_path, &synced.text);
-        ui.report(&diags);
-        eprintln!("error: the synced policy does not validate (a sanpolicy bug); nothing was written");
+        }
+    };
+    // The new policy must still be a valid policy, and its snapshot is written to match.
+    let mut changes = Vec::new();
+    let mut synced_policy = None;
+    if let Some(synced) = &synced {
+        let (policy, diags) = policy::parse_str(&inputs.policy_path, &synced.text);
+        if diags.has_errors() {
+            ui.sources.insert(&inputs.policy_path, &synced.text);
+            refused.push(Diagnostic::error(Code::Internal, "the synced policy does not validate (a sanpolicy bug)"));
+            refused.extend(diags);
+        } else {
+            changes.push(Change {
+                path: inputs.policy_path.clone(),
+                display: display(&inputs.policy_path),
+                old: Some(main.clone()),
+                new: Some(synced.text.clone()),
+            });
+            // Where the policy is still ahead of the tree, the snapshot keeps the last
+            // generation's state: that part is not generated yet.
+            let kept = (&plan.base, synced.pending_keys.as_slice());
+            changes.push(crate::generate::synced_snapshot(&policy, &inputs.rules, &inputs.policy_path, &tree, kept));
+            synced_policy = Some(policy);
+        }
+    }
+    let empty = Diagnostics::default();
+    let pending = synced.as_ref().map_or(&empty, |s| &s.pending);
+    let judged = judged(&inputs, None, ui);
+    let verdict = judge(judged, &plan, Mode::Sync { refused: &refused, pending, changes: &changes });
+    let json = args.format == super::gen::GenFormat::Json;
+    if json {
+        // The verdict sync acted on: printed before the write, whose outcome the exit says.
+        outln!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
+    } else {
+        ui.report(&verdict.diagnostics);
+    }
+    if json && !verdict.may_write {
+        return verdict.exit_code();
+    }
+    if !verdict.may_write {
+        eprintln!("{}", verdict.closing("error: nothing was written"));
+        return verdict.exit_code();
+    }
+    let (Some(synced), Some(policy)) = (synced, synced_policy) else { return EXIT_BAD_INPUT };
+    if write(lock.as_ref(), &changes, ui).is_err() {
         return EXIT_BAD_INPUT;
     }
+    let written: Vec<&std::path::Path> = verdict.stale.iter().map(|i| changes[*i].path.as_path()).collect();
+    if args.stage && super::hook::stage(&written, ui).is_err() {
+        return EXIT_BAD_INPUT;
+    }
+    if json {
+        return EXIT_OK;
+    }
+    report_synced(&synced, &policy, &inputs.policy_path, &changes);
+    if let Some(fix) = verdict.fix_line() {
+        eprintln!(
+            "the policy is ahead of the tree in {} place(s) (notes above): run {fix} to write them",
+            synced.pending.0.len()
+        );
+    }
+    EXIT_OK
+}
+
+/// `sync --check`: the judge's drift verdict, as `gen-makefiles --check` gives it (one state,
+/// one fix, whichever command looks at it).
+fn check(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
+    let Ok(inputs) = inputs(&args.common, defaults, true, ui) else { return EXIT_BAD_INPUT };
+    if inputs.tree.is_none() {
+        let usage = Diagnostic::error(Code::Usage, "`sync` needs a kernel tree").hint("pass `--tree DIR`");
+        ui.report(&Diagnostics(vec![usage]));
+        return EXIT_BAD_INPUT;
+    }
+    let sweep = if inputs.policy.layout == policy::Layout::InPlace { Sweeping::Yes } else { Sweeping::No };
+    let plan = plan(&inputs, None, defaults, false, sweep);
+    let verdict = judge(judged(&inputs, None, ui), &plan, Mode::Drift);
+    let code = verdict.exit_code();
+    if args.format == super::gen::GenFormat::Json {
+        outln!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
+        return code;
+    }
+    ui.report(&verdict.diagnostics);
+    match code {
+        EXIT_OK => eprintln!("the policy is in sync with the tree"),
+        super::EXIT_FINDINGS if verdict.fixes.contains(&crate::diagnostic::Fix::Sync) => {
+            eprintln!("{}", verdict.closing("the tree is ahead of the policy"))
+        }
+        super::EXIT_FINDINGS => {
+            eprintln!("{}", verdict.closing("the tree and the policy differ, but not by what sync takes"))
+        }
+        _ => eprintln!("error: the check could not be made (see above)"),
+    }
+    if let Some(line) = verdict.remaining_line(&ui.invocation) {
+        eprintln!("{line}");
+    }
+    code
+}
+
+/// What sync took, line by line, and the one line summing it up.
+fn report_synced(
+    synced: &import::sync::Synced,
+    policy: &policy::Policy,
+    policy_path: &std::path::Path,
+    changes: &[Change],
+) {
     for (what, list) in [
         ("added", &synced.added),
         ("removed", &synced.removed),
@@ -80,58 +193,31 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             .units
             .iter()
             .find(|u| u.path.text == f.unit && u.settings.get(&f.mechanism) == Some(&f.to))
-            .map_or(f.at.clone(), |u| u.location.to_string());
-        let reason = f.old_reason.lines().next().unwrap_or_default();
-        let more = if f.old_reason.lines().nth(1).is_some() { " …" } else { "" };
+            .map_or(f.at.clone(), |u| u.why_location.to_string());
         eprintln!(
-            "flipped: {} {} {} -> {} at {}: its reason was written for {}: \"{reason}{more}\"; rewrite it where it now says the opposite",
+            "flipped: {} {} {} -> {} at {}: its reason was written for {}; it is marked `{}` until you rewrite it",
             f.unit,
             f.mechanism,
             name(f.from),
             name(f.to),
             at,
-            name(f.from)
+            name(f.from),
+            crate::policy::FLIPPED_REASON,
         );
     }
-    let mut changes = vec![Change {
-        path: inputs.policy_path.clone(),
-        display: display(&inputs.policy_path),
-        old: Some(main.clone()),
-        new: Some(synced.text.clone()),
-    }];
-    let synced_inputs = super::context::Inputs { policy, ..inputs };
-    // The snapshot of the synced policy, but where the policy is still ahead of the tree it
-    // keeps the last generation's state: that part is not generated yet.
-    let binding = super::context::binding(&synced_inputs, None);
-    let snapshot =
-        Snapshot::compute(&synced_inputs.policy, &synced_inputs.rules, binding).keeping(&base, &synced.pending_keys);
-    let path = snapshot::snapshot_path(&synced_inputs.policy_path);
-    let mut change = snapshot::snapshot_change(&snapshot, &path, &synced_inputs.policy_path);
-    change.display = display(&path);
-    changes.push(change);
-    ui.report(&synced.pending);
-    if args.check {
-        let stale = changes.iter().any(|c| !c.is_noop());
+    let snapshot_only = changes.first().is_some_and(|c| c.is_noop()) && changes.get(1).is_some_and(|c| !c.is_noop());
+    if snapshot_only {
         eprintln!(
-            "{}",
-            if stale {
-                "the policy is behind the tree: run `sanpolicy sync`"
-            } else {
-                "the policy is in sync with the tree"
-            }
+            "{}: in sync with the tree; rewrote `{}`, which recorded another generation than the tree's",
+            display(policy_path),
+            changes[1].display
         );
-        return if stale { super::EXIT_FINDINGS } else { EXIT_OK };
-    }
-    if write(lock.as_ref(), &changes, ui).is_err() {
-        return EXIT_BAD_INPUT;
-    }
-    let _ = tree;
-    if synced.is_noop() {
-        eprintln!("{}: in sync with the tree, nothing to take back", display(&synced_inputs.policy_path));
+    } else if synced.is_noop() {
+        eprintln!("{}: in sync with the tree, nothing to take back", display(policy_path));
     } else {
         eprintln!(
-            "{}: {} added, {} removed, {} changed ({} flipped), {} renamed; review the policy diff (reasons come from the tree's comments; a flipped unit keeps the reason of its old value), then commit",
-            display(&synced_inputs.policy_path),
+            "{}: {} added, {} removed, {} changed ({} flipped), {} renamed; review the policy diff (reasons come from the tree's comments; a flipped unit's reason is marked for rewriting), then commit",
+            display(policy_path),
             synced.added.len(),
             synced.removed.len(),
             synced.changed.len(),
@@ -139,14 +225,6 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
             synced.renamed.len()
         );
     }
-    if !synced.pending.is_empty() {
-        eprintln!(
-            "the policy is ahead of the tree in {} place(s) (notes above): run `{}` to write them",
-            synced.pending.0.len(),
-            crate::diagnostic::Fix::GenMakefiles.command(&defaults.program)
-        );
-    }
-    EXIT_OK
 }
 
 /// In the central layout, the units the tree's central file holds and the directory lines it
@@ -155,8 +233,7 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
 fn central_units(
     policy: &policy::Policy,
     tree: &std::path::Path,
-    ui: &mut Ui,
-) -> Result<(Vec<import::ImportedUnit>, Vec<import::sync::Key>), ()> {
+) -> Result<(Vec<import::ImportedUnit>, Vec<import::sync::Key>), Box<Diagnostic>> {
     use crate::emit::central::CENTRAL_FILE;
     if policy.layout != policy::Layout::Central {
         return Ok(Default::default());
@@ -166,25 +243,51 @@ fn central_units(
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(e) => {
-            ui.report(&Diagnostics(vec![Diagnostic::error(Code::Io, format!("cannot read `{CENTRAL_FILE}`: {e}"))
-                .at(crate::diagnostic::Location::file(&path))
-                .hint(format!(
-                    "make it a readable regular file, or delete `{CENTRAL_FILE}` and run `sanpolicy gen-makefiles` to write it anew from the policy"
-                ))]));
-            eprintln!("error: nothing was written");
-            return Err(());
+            return Err(Box::new(
+                Diagnostic::error(Code::Io, format!("cannot read `{CENTRAL_FILE}`: {e}"))
+                    .at(crate::diagnostic::Location::file(&path))
+                    .hint(crate::hint![
+                        format!("make it a readable regular file, or delete `{CENTRAL_FILE}` and run "),
+                        crate::diagnostic::Fix::GenMakefiles,
+                        " to write it anew from the policy"
+                    ]),
+            ))
         }
     };
     let reset = import::central_resets(tree, &text);
     import::central_units(tree, &text).map(|units| (units, reset)).ok_or_else(|| {
-        ui.report(&Diagnostics(vec![Diagnostic::error(
-            Code::BadMarker,
-            format!("`{CENTRAL_FILE}` is not a generated block of `ifeq ($(obj),DIR)` sections"),
+        Box::new(
+            Diagnostic::error(
+                Code::BadMarker,
+                format!("`{CENTRAL_FILE}` is not a generated block of `ifeq ($(obj),DIR)` sections"),
+            )
+            .at(crate::diagnostic::Location::file(&path))
+            .hint(crate::hint![
+                format!("restore its markers and sections by hand, or delete `{CENTRAL_FILE}` and run "),
+                crate::diagnostic::Fix::GenMakefiles,
+                " to write it anew from the policy"
+            ]),
         )
-        .at(crate::diagnostic::Location::file(&path))
-        .hint(format!(
-            "restore its markers and sections by hand, or delete `{CENTRAL_FILE}` and run `sanpolicy gen-makefiles` to write it anew from the policy"
-        ))]));
-        eprintln!("error: nothing was written");
     })
+}
+
+/// Whether a kbuild file of the key's directory (or the central file) ever held the key's
+/// variable in git's history: only then can the tree have lost a line the snapshot remembers.
+/// Without git or a file to ask, the snapshot is taken at its word.
+fn lost_from_history(tree: &std::path::Path, key: &import::sync::Key) -> bool {
+    let (dir, object, _, mech) = key;
+    // The per-object variable where the mechanism has one; a flag removal's lines all name
+    // the flags' variable.
+    let name = mech.get().directive_name();
+    let var = match (object, &mech.get().form) {
+        (Some(o), crate::mechanism::Form::Variable { .. }) => format!("{name}_{o}"),
+        _ => name.to_string(),
+    };
+    let dir = tree.join(dir);
+    let files: Vec<std::path::PathBuf> =
+        [dir.join("Makefile"), dir.join("Kbuild"), tree.join(crate::emit::central::CENTRAL_FILE)]
+            .into_iter()
+            .filter(|f| f.is_file())
+            .collect();
+    files.is_empty() || files.iter().any(|f| crate::check::drift::history_had(f, &var))
 }

@@ -2,8 +2,9 @@
 //! the tree keeps it. Reconciling a file with the policy's units changes only what differs:
 //! a line that already says what a unit says is left byte for byte; a changed value is edited in
 //! place; a line no unit wants is removed with a comment that headed only it (and a conditional
-//! left empty); a new unit becomes one line placed by the rule of the README ("Where a new line
-//! goes", [`insertion`]), in the style of its neighbours, its reason as a comment above.
+//! left empty); a new unit becomes one line placed by the rule of the book
+//! (`docs/src/guide/edits.md`, "Where a new line goes", [`insertion`]), in the style of its
+//! neighbours, its reason as a comment above.
 //!
 //! Lines are matched by what they mean, not by their text: mechanism, object (as Kbuild names
 //! it) and the conditions they are active under (an `else` branch is the negated test).
@@ -89,7 +90,15 @@ pub struct Reconciled {
 /// The key of a directive line `a` of `file` that a policy can hold, or `None` for lines units
 /// do not own (see [`crate::policy::holdable`]: those stay as they are).
 pub fn existing_key(file: &KbuildFile, a: &Assignment, d: &Directive, rules: &Rules) -> Option<(LineKey, LineValue)> {
-    if a.in_block || crate::policy::holdable(file, a, d).is_err() {
+    if crate::makefile::overridden_by(file, a).is_some() {
+        return None;
+    }
+    line_key(file, a, d, rules)
+}
+
+/// [`existing_key`] of a line make may never read (see [`crate::policy::holdable_line`]).
+pub fn line_key(file: &KbuildFile, a: &Assignment, d: &Directive, rules: &Rules) -> Option<(LineKey, LineValue)> {
+    if a.in_block || crate::policy::holdable_line(file, a, d).is_err() {
         return None;
     }
     let DirectiveValue::Plain(setting) = d.value else { return None };
@@ -278,24 +287,24 @@ fn removals(
         }
         ranges.push(start..a.bytes.end);
     }
-    // A conditional whose every line goes, goes too.
-    for b in &file.branches {
-        let single = !file.branches.iter().any(|o| o.close_line == b.open_line || o.open_line == b.close_line);
-        if !single {
-            continue;
-        }
-        let body = b.body_byte..b.close_byte;
-        // A removal ending in the body; it starts above the `if…` line when the comment
+    // A conditional whose every line goes, goes too: an `if…`/`endif`, or an `if…`/`else`/
+    // `endif` chain whose every branch is left empty (one `else` alone is kept: it is valid).
+    for chain in chains(&file.branches) {
+        let (first, last) = (chain[0], chain[chain.len() - 1]);
+        let open = lines.start(first.open_line);
+        // A removal ending in a body; it starts above the `if…` line when the comment
         // paragraph it takes heads the conditional.
-        let inside = |r: &std::ops::Range<usize>| r.end > body.start && r.end <= body.end;
-        let mut rest = text[body.clone()].to_string();
-        for r in ranges.iter().filter(|r| inside(r)).rev() {
-            rest.replace_range(r.start.max(body.start) - body.start..r.end - body.start, "");
-        }
-        let touched = ranges.iter().any(inside);
-        if touched && rest.trim().is_empty() {
-            let end = text[b.close_byte..].find('\n').map_or(text.len(), |n| b.close_byte + n + 1);
-            let open = lines.start(b.open_line);
+        let inside = |r: &std::ops::Range<usize>| chain.iter().any(|b| r.end > b.body_byte && r.end <= b.close_byte);
+        let empty = chain.iter().all(|b| {
+            let body = b.body_byte..b.close_byte;
+            let mut rest = text[body.clone()].to_string();
+            for r in ranges.iter().filter(|r| r.end > body.start && r.end <= body.end).rev() {
+                rest.replace_range(r.start.max(body.start) - body.start..r.end - body.start, "");
+            }
+            rest.trim().is_empty()
+        });
+        if ranges.iter().any(inside) && empty {
+            let end = text[last.close_byte..].find('\n').map_or(text.len(), |n| last.close_byte + n + 1);
             let start = ranges.iter().filter(|r| inside(r)).map(|r| r.start).fold(open, usize::min);
             ranges.retain(|r| !inside(r));
             ranges.push(start..end);
@@ -319,6 +328,20 @@ fn removals(
         }
     }
     merged.into_iter().map(|range| Splice { range, text: String::new(), order: 0 }).collect()
+}
+
+/// The conditionals of a file, each as its branches in order (`if…` then each `else`), for
+/// those not nested in another's body with a line of their own between.
+fn chains(branches: &[crate::makefile::Branch]) -> Vec<Vec<&crate::makefile::Branch>> {
+    let mut out = Vec::new();
+    for b in branches.iter().filter(|b| !branches.iter().any(|o| o.close_line == b.open_line)) {
+        let mut chain = vec![b];
+        while let Some(next) = branches.iter().find(|o| o.open_line == chain[chain.len() - 1].close_line) {
+            chain.push(next);
+        }
+        out.push(chain);
+    }
+    out
 }
 
 /// How a neighbouring directive line is written.
@@ -572,12 +595,12 @@ impl Index {
     }
 }
 
-/// Where and how a new unit line goes. The rule (README, "Where a new line goes"): with its
-/// object's own lines; else after the run of the same mechanism's per-object lines whose comment
-/// shares the most words of five letters or more with the unit's reason (ties: the first run);
-/// else at the end of the file's directive block at the top; else above the file's first
-/// `obj-`/`lib-` line (and its comment); never inside or between list lines. A conditional unit
-/// goes the same way, wrapped in the conditions its place does not already hold.
+/// Where and how a new unit line goes. The rule (the book, `docs/src/guide/edits.md`, "Where a new
+/// line goes"): with its object's own lines; else after the run of the same mechanism's per-object
+/// lines whose comment shares the most words of five letters or more with the unit's reason (ties:
+/// the first run); else at the end of the file's directive block at the top; else above the file's
+/// first `obj-`/`lib-` line (and its comment); never inside or between list lines. A conditional
+/// unit goes the same way, wrapped in the conditions its place does not already hold.
 #[allow(clippy::too_many_arguments)]
 fn insertion(
     text: &str,
@@ -771,6 +794,19 @@ mod tests {
         assert_eq!(r.text.matches("endif").count(), r.text.matches("ifdef").count(), "{}", r.text);
         assert!(!r.text.contains("CONFIG_BAR") && r.text.contains("ifdef CONFIG_FOO\n"), "{}", r.text);
         assert_eq!(parsed.assignments.iter().filter(|a| a.name == "KASAN_SANITIZE_plain.o").count(), 1, "{}", r.text);
+    }
+
+    /// The `else` branch's line dropped while the `if…` branch's line is to be written anew
+    /// (the tree lost it): the emptied `if…`/`else`/`endif` goes whole, and the new line gets
+    /// a conditional of its own, balanced (it once left an `extraneous 'endif'`).
+    #[test]
+    fn an_if_else_pair_left_empty_goes_whole() {
+        let text = "obj-y := a.o\n\n# Pair.\nifdef CONFIG_P\nelse\nKASAN_SANITIZE_a.o := y\nendif\n";
+        let policy = "[[unit]]\npath = \"k/a.o\"\nskip = [\"kasan\"]\nwhen = \"ifdef CONFIG_P\"\nwhy = \"Pair.\"\n";
+        let r = run(text, policy);
+        assert_eq!(r.text.matches("endif").count(), 1, "{}", r.text);
+        assert!(!r.text.contains("else") && !r.text.contains(":= y"), "{}", r.text);
+        assert!(r.text.contains("ifdef CONFIG_P\nKASAN_SANITIZE_a.o := n\nendif\n"), "{}", r.text);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! written.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use walkdir::WalkDir;
@@ -84,6 +84,9 @@ pub struct Plan {
     pub dirs: BTreeMap<String, PlannedDir>,
     /// The effective snapshot this generation writes: what the policy says now.
     pub snapshot: Option<snapshot::Snapshot>,
+    /// The memory of the last generation of this tree (the validated snapshot written for it),
+    /// which tells which side of a drift moved; unknown on a first application.
+    pub base: snapshot::Base,
     /// Directories whose kbuild file holds directives but whose name a policy path cannot hold
     /// (a blank, a non-ASCII character): as `import` leaves their lines outside the policy,
     /// planning never writes them, and `check` reports each line (`unrepresentable`). By
@@ -151,6 +154,66 @@ pub fn plan_tree_swept(policy: &Policy, tree: &Path, rules: &Rules, force: bool,
     }
 }
 
+/// What a plan is made for: a tree (its kbuild files, swept or not), or standalone fragments
+/// under an output directory.
+pub enum Target<'a> {
+    Tree { tree: &'a Path, force: bool, sweep: Option<Sweep> },
+    Fragments { out: &'a Path, command: &'a str },
+}
+
+/// The whole plan of a run: every generated file, the effective snapshot beside the policy at
+/// `policy_path` (computed on the other core while the files are planned; its change is the
+/// plan's last), and the memory of the last generation read back from it. Nothing outside
+/// this module computes a snapshot.
+pub fn plan(policy: &Policy, rules: &Rules, policy_path: &Path, target: Target) -> Plan {
+    let (tree, out) = match &target {
+        Target::Tree { tree, .. } => (Some(*tree), None),
+        Target::Fragments { out, .. } => (None, Some(*out)),
+    };
+    let binding = match out {
+        Some(_) => snapshot::Binding::None,
+        None => snapshot::Binding::of(policy_path, tree),
+    };
+    let (mut plan, memory) = std::thread::scope(|scope| {
+        let memory = scope.spawn(|| {
+            let snapshot = snapshot::Snapshot::compute(policy, rules, binding.clone());
+            let path = snapshot::snapshot_path(policy_path);
+            let path = match out {
+                Some(dir) => dir.join(path.file_name().unwrap_or_default()),
+                None => path,
+            };
+            let change = snapshot::snapshot_change(&snapshot, &path, policy_path);
+            (snapshot, change, snapshot::read_base(policy_path, &binding))
+        });
+        let plan = match target {
+            // Without a sweep of the whole tree, the directories the last generation wrote are
+            // read too: a block whose last unit the policy dropped is still this plan's to
+            // remove (and `check`, which sweeps, says so).
+            Target::Tree { tree, force, sweep: None } => {
+                let remembered = snapshot::read_base(policy_path, &binding).unwrap_or_default().directories();
+                plan_tree_swept(policy, tree, rules, force, Some(sweep_of(tree, &remembered)))
+            }
+            Target::Tree { tree, force, sweep } => plan_tree_swept(policy, tree, rules, force, sweep),
+            Target::Fragments { out, command } => {
+                plan_fragments(policy, rules, out, command, &crate::output::shown(policy_path))
+            }
+        };
+        (plan, memory.join())
+    });
+    let Ok((snapshot, mut change, base)) = memory else {
+        plan.diags.push(Diagnostic::error(Code::Internal, "computing the effective snapshot failed (a sanpolicy bug)"));
+        return plan;
+    };
+    change.display = crate::output::shown(&change.path);
+    plan.changes.push(change);
+    plan.snapshot = Some(snapshot);
+    plan.base = base.unwrap_or_else(|d| {
+        plan.diags.push(*d);
+        snapshot::Base::default()
+    });
+    plan
+}
+
 /// Kbuild files given by their bytes rather than read from a tree, by path relative to it: what
 /// the pre-commit hook plans is the index, not the work tree.
 #[derive(Debug, Default)]
@@ -188,6 +251,72 @@ pub fn plan_staged(policy: &Policy, tree: &Path, rules: &Rules, staged: &Staged)
         Layout::Block => plan_blocks(policy, at, rules, false, sweep),
         Layout::Central => plan_central(policy, at, rules, false, sweep),
     }
+}
+
+/// The snapshot `sync` writes beside the synced `policy`: what it generates, except that where
+/// the policy is still ahead of the tree (`kept`: the last generation's memory and the pending
+/// `(path, mechanism)` pairs) it keeps the last generation's state, so the next `gen-makefiles`
+/// still sees the policy as ahead there.
+pub fn synced_snapshot(
+    policy: &Policy,
+    rules: &Rules,
+    policy_path: &Path,
+    tree: &Path,
+    kept: (&snapshot::Base, &[(String, MechId)]),
+) -> Change {
+    let binding = snapshot::Binding::of(policy_path, Some(tree));
+    let snapshot = snapshot::Snapshot::compute(policy, rules, binding).keeping(kept.0, kept.1);
+    let path = snapshot::snapshot_path(policy_path);
+    let mut change = snapshot::snapshot_change(&snapshot, &path, policy_path);
+    change.display = crate::output::shown(&path);
+    change
+}
+
+/// The snapshot `import --adopt` writes beside the policy it writes at `policy_path`: the
+/// adopted tree is the policy's first generation.
+pub fn adopted_snapshot(policy: &Policy, rules: &Rules, policy_path: &Path, tree: &Path) -> Change {
+    let snapshot = snapshot::Snapshot::compute(policy, rules, snapshot::Binding::of(policy_path, Some(tree)));
+    let path = snapshot::snapshot_path(policy_path);
+    let mut change = snapshot::snapshot_change(&snapshot, &path, policy_path);
+    change.display = crate::output::shown(&path);
+    change
+}
+
+/// What planning the index needs besides the staged kbuild files.
+pub struct Index<'a> {
+    pub staged: &'a Staged,
+    /// When the commit holds the policy or its snapshot, the two must travel together: where
+    /// the snapshot is (for diagnostics), the policy's path in the repository (what its header
+    /// names) and the staged snapshot's text (`None`: the index has none).
+    pub snapshot: Option<(PathBuf, PathBuf, Option<String>)>,
+    /// What the staged snapshot is bound to.
+    pub binding: snapshot::Binding,
+    /// The committed snapshot, validated: the memory of the last generation.
+    pub base: snapshot::Base,
+}
+
+/// The plan of the commit the index would make (the pre-commit hook): `judged`'s units (those
+/// of the directories the commit touches) planned on the staged kbuild files, the snapshot of
+/// the whole staged `policy` (compared with the staged snapshot when the commit holds either),
+/// and the committed snapshot as the memory.
+pub fn plan_index(policy: &Policy, judged: &Policy, tree: &Path, rules: &Rules, index: Index) -> Plan {
+    // A staged kbuild file of a directory without units (one the memory remembers, or one a
+    // hand-added line is staged in) is still planned: its lines may be the policy's to remove.
+    let mut plan = if judged.units.is_empty() && policy.layout != Layout::Central && index.staged.files.is_empty() {
+        Plan::default()
+    } else {
+        plan_staged(judged, tree, rules, index.staged)
+    };
+    let snapshot = snapshot::Snapshot::compute(policy, rules, index.binding);
+    if let Some((path, policy_rel, have)) = index.snapshot {
+        let new = snapshot.render(&policy_rel);
+        let old =
+            have.map(|old| if old.contains('\r') && old.replace("\r\n", "\n") == new { new.clone() } else { old });
+        plan.changes.push(Change { display: crate::output::shown(&path), path, old, new: Some(new) });
+    }
+    plan.snapshot = Some(snapshot);
+    plan.base = index.base;
+    plan
 }
 
 /// The in-place layout: every directory the policy names, and with `sweep` every directory
@@ -355,16 +484,25 @@ fn plan_central(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep
         Ok(old) => {
             let refused = old.as_deref().filter(|_| !force).map(central::check_central);
             match refused {
-                Some(Err(SpliceError::HandEdited(b))) => plan.diags.push(
-                    Diagnostic::error(Code::HandEditedBlock, "the central file was edited by hand")
-                        .at(Location::at_line(&file, old.as_deref().unwrap_or(""), b.begin_line))
-                        .label("checksum in the end marker no longer matches")
-                        .hint("move the change into the policy (`sanpolicy sync` takes it back), then rerun with `--force`"),
-                ),
+                Some(Err(SpliceError::HandEdited(_))) if central_says_the_same(old.as_deref(), &rendered) => {
+                    plan.changes.push(Change {
+                        path: file.clone(),
+                        display: central::CENTRAL_FILE.to_string(),
+                        old: old.clone(),
+                        new: Some(rendered.clone()),
+                    })
+                }
+                Some(Err(SpliceError::HandEdited(b))) => plan.diags.push(hand_edited(
+                    "the central file was edited by hand",
+                    Location::at_line(&file, old.as_deref().unwrap_or(""), b.begin_line),
+                )),
                 Some(Err(SpliceError::Markers(line, message))) => plan.diags.push(
                     Diagnostic::error(Code::BadMarker, message)
                         .at(Location::at_line(&file, old.as_deref().unwrap_or(""), line))
-                        .hint("restore the generated markers, or delete the file and rerun `sanpolicy gen-makefiles`"),
+                        .hint(crate::hint![
+                            "restore the generated markers, or delete the file and run ",
+                            crate::diagnostic::Fix::GenMakefiles
+                        ]),
                 ),
                 _ => plan.changes.push(Change {
                     path: file.clone(),
@@ -448,6 +586,28 @@ pub fn sweep(tree: &Path) -> Sweep {
         dirs.insert(dir.to_string_lossy().into_owned(), Swept { path, read });
     }
     Sweep { dirs, skipped: walk.skipped }
+}
+
+/// What the sweep of [`sweep`] finds in `dirs` of `tree` alone: their kbuild files, where
+/// they hold a needle.
+fn sweep_of(tree: &Path, dirs: &std::collections::BTreeSet<String>) -> Sweep {
+    let needles = sweep_needles();
+    let mut sweep = Sweep { dirs: BTreeMap::new(), skipped: Diagnostics::default() };
+    for dir in dirs {
+        let Some(path) = kbuild_file(&tree.join(dir)) else { continue };
+        let bytes = match crate::input::read(&path, crate::input::KBUILD_LIMIT) {
+            Ok(b) => b,
+            Err(e) => {
+                sweep.skipped.push(makefile::skipped_file(&path, &e));
+                continue;
+            }
+        };
+        if needles.iter().any(|n| memchr::memmem::find(&bytes, n.as_bytes()).is_some()) {
+            let read = swept_text(&path, bytes);
+            sweep.dirs.insert(dir.clone(), Swept { path, read });
+        }
+    }
+    sweep
 }
 
 /// What the sweep of [`sweep`] finds in `staged` instead of a tree: the same kbuild files
@@ -684,6 +844,9 @@ fn plan_dir(
     let Some((path, target, display, old, parsed)) = open_dir_known(plan, at, dir, units, known) else { return };
     let parsed = parsed.unwrap_or_else(|| makefile::parse(&old));
     let block = if units.is_empty() { String::new() } else { emit::render_block(units, rules) };
+    // A block edited by hand whose lines say what the policy says (`sync` took the edit back)
+    // loses nothing by being written anew: only a change the policy lacks is refused.
+    let force = force || says_the_same(&parsed, &block);
     match emit::splice(&old, &parsed, &block, force).map(|new| moved_into_block(&new)) {
         Ok(new) => {
             let change = Change { path: target, display, old: Some(old.clone()), new: Some(new.clone()) };
@@ -699,13 +862,86 @@ fn plan_dir(
                 },
             ),
         ),
-        Err(SpliceError::HandEdited(b)) => plan.diags.push(
-            Diagnostic::error(Code::HandEditedBlock, "generated block was edited by hand")
-                .at(Location::at_line(&path, &old, b.begin_line))
-                .label("checksum in the end marker no longer matches")
-                .hint("move the change into the policy and rerun with `--force` to overwrite the block"),
-        ),
+        Err(SpliceError::HandEdited(b)) => plan.diags.push(hand_edited(
+            "generated block was edited by hand",
+            Location::at_line(&path, &old, b.begin_line),
+        )),
     }
+}
+
+/// A generated block (or the central file) edited by hand: `sync` takes the edit into the
+/// policy, after which writing loses nothing; `--force` writes the policy over it instead.
+fn hand_edited(message: &str, at: Location) -> Diagnostic {
+    use crate::diagnostic::Fix;
+    Diagnostic::error(Code::HandEditedBlock, message)
+        .at(at)
+        .label("checksum in the end marker no longer matches")
+        .hint(crate::hint![
+            "run ",
+            Fix::Sync,
+            " to take the edit into the policy (then ",
+            Fix::GenMakefiles,
+            " writes the block anew), or ",
+            Fix::GenMakefilesForce,
+            " to overwrite it with the policy"
+        ])
+        .fixed_by(Fix::Sync)
+}
+
+/// Whether the generated block of `file` sets exactly what `block` (the policy's rendering)
+/// sets: the same variables, values and conditions, in order.
+fn says_the_same(file: &KbuildFile, block: &str) -> bool {
+    let said = |a: &makefile::Assignment| {
+        let frames: Vec<(String, bool)> = a.frames.iter().map(|f| (f.condition.text.clone(), f.in_else)).collect();
+        (a.name.clone(), a.op, a.value.trim().to_string(), frames)
+    };
+    let rendered = makefile::parse(block);
+    let theirs: Vec<_> = file.assignments.iter().filter(|a| a.in_block).map(said).collect();
+    let ours: Vec<_> = rendered.assignments.iter().map(said).collect();
+    file.block.is_some() && theirs == ours
+}
+
+/// Whether the central file as it is (`old`) sets what the policy's rendering sets.
+fn central_says_the_same(old: Option<&str>, rendered: &str) -> bool {
+    let said = |text: &str| {
+        let parsed = makefile::parse(text);
+        parsed
+            .assignments
+            .iter()
+            .map(|a| {
+                let frames: Vec<(String, bool)> =
+                    a.frames.iter().map(|f| (f.condition.text.clone(), f.in_else)).collect();
+                (a.name.clone(), a.value.trim().to_string(), frames)
+            })
+            .collect::<Vec<_>>()
+    };
+    old.is_some_and(|old| said(old) == said(rendered))
+}
+
+/// The hand-written lines (by first line) of a block-layout file that writing the block
+/// removes: for a variable the block sets, the lines after the block, when each is a plain
+/// unconditional assignment and the last of them (what make reads) says exactly what the
+/// block says. Make reads the same value before and after; a line that says something else,
+/// or one under a condition, keeps every line of its variable where it is.
+pub fn moved_lines(parsed: &makefile::KbuildFile) -> BTreeSet<usize> {
+    let mut block: HashMap<&str, (&str, usize)> = HashMap::new();
+    for a in parsed.assignments.iter().filter(|a| a.in_block) {
+        block.insert(a.name.as_str(), (a.value.trim(), a.end_line));
+    }
+    let mut out = BTreeSet::new();
+    for (name, (value, end)) in block {
+        // A line above the block is one make never reads (the block sets the variable again):
+        // it stays the tree's, and `check` names it (`set-twice`).
+        let after: Vec<&makefile::Assignment> =
+            parsed.assignments.iter().filter(|a| !a.in_block && a.name == name && a.line > end).collect();
+        let plain = after.iter().all(|a| {
+            a.frames.is_empty() && !a.continued && matches!(a.op, makefile::Op::Simple | makefile::Op::Recursive)
+        });
+        if plain && after.last().is_some_and(|last| last.value.trim() == value) {
+            out.extend(after.iter().map(|a| a.line));
+        }
+    }
+    out
 }
 
 /// Block layout: `new` without the hand-written lines the generated block now says exactly
@@ -714,16 +950,10 @@ fn plan_dir(
 /// a line that says something else stays, and `check` reports the conflict.
 fn moved_into_block(new: &str) -> String {
     let parsed = makefile::parse(new);
-    let said: HashSet<(&str, &str)> =
-        parsed.assignments.iter().filter(|a| a.in_block).map(|a| (a.name.as_str(), a.value.trim())).collect();
     let lines: Vec<&str> = new.split_inclusive('\n').collect();
     let mut drop = vec![false; lines.len()];
-    for a in parsed.assignments.iter().filter(|a| !a.in_block && a.frames.is_empty() && !a.continued) {
-        if a.op != makefile::Op::Simple && a.op != makefile::Op::Recursive
-            || !said.contains(&(a.name.as_str(), a.value.trim()))
-        {
-            continue;
-        }
+    let moved = moved_lines(&parsed);
+    for a in parsed.assignments.iter().filter(|a| moved.contains(&a.line)) {
         let after_blank = lines.get(a.end_line).is_none_or(|l| l.trim().is_empty());
         let from = match a.comment_line {
             Some(c) if after_blank => c,

@@ -163,7 +163,10 @@ pub enum Binding {
     /// The policy lies inside the tree, at this path relative to the tree's top: a clone or a
     /// moved tree keeps its base.
     PolicyAt(String),
-    /// The policy lies outside the tree: the tree's canonical path.
+    /// The policy lies outside the tree: the tree's path relative to the policy's directory
+    /// (`linux`, `../linux`), so a clone of a repository holding both keeps its base.
+    TreeAt(String),
+    /// Written by an older sanpolicy: the tree's canonical path (read, never written).
     Tree(String),
 }
 
@@ -179,7 +182,12 @@ impl Binding {
         let policy = canonical_file(policy_path);
         match policy.as_deref().and_then(|p| p.strip_prefix(&root).ok()) {
             Some(rel) => rel.to_str().map_or(Binding::None, |r| Binding::PolicyAt(r.to_string())),
-            None => root.to_str().map_or(Binding::None, |r| Binding::Tree(r.to_string())),
+            None => policy
+                .as_deref()
+                .and_then(Path::parent)
+                .and_then(|dir| relative(dir, &root))
+                .and_then(|rel| rel.to_str().map(|r| Binding::TreeAt(r.to_string())))
+                .unwrap_or(Binding::None),
         }
     }
 
@@ -188,6 +196,7 @@ impl Binding {
         match self {
             Binding::None => "none".to_string(),
             Binding::PolicyAt(rel) => format!("policy-at {}", quote(rel)),
+            Binding::TreeAt(rel) => format!("tree-at {}", quote(rel)),
             Binding::Tree(path) => format!("tree {}", quote(path)),
         }
     }
@@ -197,10 +206,24 @@ impl Binding {
         match text.split_once(' ') {
             None if text == "none" => Some(Binding::None),
             Some(("policy-at", rel)) => unquote(rel).map(Binding::PolicyAt),
+            Some(("tree-at", rel)) => unquote(rel).map(Binding::TreeAt),
             Some(("tree", path)) => unquote(path).map(Binding::Tree),
             _ => None,
         }
     }
+}
+
+/// `to` relative to the directory `from` (both canonical): `..` for each of `from`'s components
+/// past their common prefix, then the rest of `to`.
+fn relative(from: &Path, to: &Path) -> Option<PathBuf> {
+    let (from, to): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    if common == 0 {
+        return None;
+    }
+    let mut rel: PathBuf = from[common..].iter().map(|_| std::path::Component::ParentDir).collect();
+    rel.extend(&to[common..]);
+    Some(if rel.as_os_str().is_empty() { PathBuf::from(".") } else { rel })
 }
 
 /// `path` with its directory resolved (the file itself may not exist yet: import writes it).
@@ -223,8 +246,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// What `policy` generates, for the run bound as `binding`.
-    pub fn compute(policy: &Policy, rules: &Rules, binding: Binding) -> Snapshot {
+    /// What `policy` generates, for the run bound as `binding`: computed by planning alone
+    /// (`generate`), so every command reads one memory.
+    pub(in crate::generate) fn compute(policy: &Policy, rules: &Rules, binding: Binding) -> Snapshot {
         Snapshot::of(policy, &compute(policy, rules), binding)
     }
 
@@ -273,12 +297,12 @@ impl Snapshot {
     /// Read a snapshot's text back, validated: its binding, its checksum over everything but the
     /// checksum line, and every line's shape (a known mechanism, a state). A snapshot that fails
     /// is an error at `path`, never a silent base.
-    pub fn parse(path: &Path, text: &str, program: &str) -> Result<Snapshot, Box<Diagnostic>> {
+    pub fn parse(path: &Path, text: &str) -> Result<Snapshot, Box<Diagnostic>> {
         let bad = |line: usize, what: String| {
             Box::new(
                 Diagnostic::error(Code::BadSnapshot, format!("the effective snapshot {what}"))
                     .at(Location::at_line(path, text, line))
-                    .hint(regenerate_hint(path, program)),
+                    .hint(regenerate_hint(path)),
             )
         };
         let mut binding = None;
@@ -374,7 +398,7 @@ pub fn snapshot_path(policy_path: &Path) -> PathBuf {
 /// The last generated state for a run bound as `binding`, from the snapshot beside the policy
 /// at `policy_path`: unknown (a first application) when there is none or it was written for
 /// another tree; an error when it cannot be read or fails validation.
-pub fn read_base(policy_path: &Path, binding: &Binding, program: &str) -> Result<Base, Box<Diagnostic>> {
+pub fn read_base(policy_path: &Path, binding: &Binding) -> Result<Base, Box<Diagnostic>> {
     let path = snapshot_path(policy_path);
     let bytes = match crate::input::read(&path, crate::input::POLICY_LIMIT) {
         Ok(b) => b,
@@ -386,41 +410,63 @@ pub fn read_base(policy_path: &Path, binding: &Binding, program: &str) -> Result
                     format!("cannot read the effective snapshot `{}`: it {e}", path.display()),
                 )
                 .at(Location::file(&path))
-                .hint(regenerate_hint(&path, program)),
+                .hint(regenerate_hint(&path)),
             ))
         }
     };
-    base_from_bytes(&path, bytes, binding, program)
+    base_from_bytes(&path, bytes, binding)
 }
 
 /// How to get a valid snapshot back. Deleting it makes the next run a first application, which
 /// never deletes a tree line the policy lacks, so no help here loses anyone's line.
-fn regenerate_hint(path: &Path, program: &str) -> String {
-    let shown = path.display().to_string().replace('\'', "'\\''");
-    format!(
-        "the snapshot is generated: restore it from git (`git checkout -- '{shown}'`), or remove it (`rm -f '{shown}'`) and run `{program} gen-makefiles`, which writes it anew (the policy's lines are written; a tree line the policy lacks is refused, not deleted)"
-    )
+fn regenerate_hint(path: &Path) -> crate::diagnostic::Hint {
+    use crate::diagnostic::Fix;
+    let shown = path.display().to_string();
+    crate::hint![
+        "the snapshot is generated: restore it from git (",
+        Fix::git(&["checkout", "--", &shown]),
+        "), or remove it (",
+        Fix::Run(vec!["rm".into(), "-f".into(), shown.clone()]),
+        ") and run ",
+        Fix::GenMakefiles,
+        ", which writes it anew (the policy's lines are written; a tree line the policy lacks is refused, not deleted)"
+    ]
 }
 
 /// [`read_base`] on a snapshot's bytes (read from git by the hook).
-pub fn base_from_bytes(path: &Path, bytes: Vec<u8>, binding: &Binding, program: &str) -> Result<Base, Box<Diagnostic>> {
+pub fn base_from_bytes(path: &Path, bytes: Vec<u8>, binding: &Binding) -> Result<Base, Box<Diagnostic>> {
     let text = String::from_utf8(bytes).map_err(|e| {
         Box::new(
             Diagnostic::error(Code::BadSnapshot, "the effective snapshot is not UTF-8")
                 .at(Location::invalid_utf8(path, e.as_bytes(), e.utf8_error()))
-                .hint(regenerate_hint(path, program)),
+                .hint(regenerate_hint(path)),
         )
     })?;
-    Ok(Snapshot::parse(path, &text, program)?.base_for(binding))
+    // Checked out with `core.autocrlf` it has CRLF line endings: the same snapshot.
+    Ok(Snapshot::parse(path, &normalized(text))?.base_for(binding))
 }
 
 /// The snapshot file's planned state for `policy` at `path`, bound as `binding`.
 pub fn snapshot_change(snapshot: &Snapshot, path: &Path, policy_path: &Path) -> crate::output::Change {
-    crate::output::Change {
-        display: path.display().to_string(),
-        old: crate::input::read_to_string(path, crate::input::POLICY_LIMIT).ok(),
-        new: Some(snapshot.render(policy_path)),
-        path: path.to_path_buf(),
+    let new = snapshot.render(policy_path);
+    // A snapshot that differs only by CRLF line endings (git's `core.autocrlf`) is up to date:
+    // git stores it as written.
+    let old = crate::input::read_to_string(path, crate::input::POLICY_LIMIT).ok().map(|old| {
+        if old.contains('\r') && normalized(old.clone()) == new {
+            new.clone()
+        } else {
+            old
+        }
+    });
+    crate::output::Change { display: path.display().to_string(), old, new: Some(new), path: path.to_path_buf() }
+}
+
+/// `text` with CRLF line endings made LF.
+fn normalized(text: String) -> String {
+    if text.contains("\r\n") {
+        text.replace("\r\n", "\n")
+    } else {
+        text
     }
 }
 
@@ -435,9 +481,28 @@ pub struct Base {
 }
 
 impl Base {
+    /// The kbuild directories the last generation wrote lines in (an object's, or a
+    /// directory's own: `lib/b.o` and `lib/` both name `lib`).
+    pub fn directories(&self) -> BTreeSet<String> {
+        self.keys.iter().map(|(p, _)| p.rsplit_once('/').map_or("", |(d, _)| d).to_string()).collect()
+    }
+
     /// The state recorded for `path` and `mech`.
     pub fn state(&self, path: &str, mech: MechId) -> Option<&str> {
         self.states.get(&(path.to_string(), mech)).map(String::as_str)
+    }
+
+    /// Whether the last generation had `path` set for `mech` under conditions naming each of
+    /// `symbols` (a line's whole identity: object, mechanism, conditions). The memory records
+    /// a state with the symbols it depends on (`on iff not CONFIG_X`): a line under a symbol
+    /// the recorded state never names was not the last generation's.
+    pub fn had(&self, path: &str, mech: MechId, symbols: &[String]) -> bool {
+        if !self.has(path, mech) {
+            return false;
+        }
+        let Some(state) = self.state(path, mech) else { return symbols.is_empty() };
+        let words: BTreeSet<&str> = state.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).collect();
+        symbols.iter().all(|s| words.contains(s.as_str()))
     }
 
     /// Whether the last generation had `path` (which may hold `$(VAR)` parts) set for `mech`.
@@ -490,12 +555,15 @@ mod tests {
 
     #[test]
     fn a_rendered_snapshot_reads_back_as_itself() {
-        for binding in
-            [Binding::None, Binding::PolicyAt("sanitizer-policy.toml".into()), Binding::Tree("/a b/\"x\"\n".into())]
-        {
+        for binding in [
+            Binding::None,
+            Binding::PolicyAt("sanitizer-policy.toml".into()),
+            Binding::TreeAt("../a b".into()),
+            Binding::Tree("/a b/\"x\"\n".into()),
+        ] {
             let s = snapshot(binding);
             let text = s.render(Path::new("p/sanitizer-policy.toml"));
-            assert_eq!(Snapshot::parse(Path::new("s"), &text, "sanpolicy").unwrap(), s, "{text}");
+            assert_eq!(Snapshot::parse(Path::new("s"), &text).unwrap(), s, "{text}");
         }
     }
 
@@ -505,6 +573,9 @@ mod tests {
         assert!(snapshot(here.clone()).base_for(&here).has("mm/slub.o", MechId::by_name("kasan").unwrap()));
         assert!(!snapshot(here.clone()).base_for(&Binding::PolicyAt("other.toml".into())).known);
         assert!(!snapshot(Binding::Tree("/t".into())).base_for(&Binding::Tree("/u".into())).known);
+        assert!(!snapshot(Binding::TreeAt("linux".into())).base_for(&Binding::TreeAt("../linux".into())).known);
+        assert_eq!(relative(Path::new("/r"), Path::new("/r/linux")), Some(PathBuf::from("linux")));
+        assert_eq!(relative(Path::new("/r/p"), Path::new("/r/linux")), Some(PathBuf::from("../linux")));
         // Written without a tree: never a base, not even for a run without one.
         assert!(!snapshot(Binding::None).base_for(&Binding::None).known);
     }
@@ -514,21 +585,21 @@ mod tests {
         let text = snapshot(Binding::PolicyAt("p.toml".into())).render(Path::new("p.toml"));
         let path = Path::new("p.effective.txt");
         let cut = &text[..text.len() - 1];
-        assert!(Snapshot::parse(path, cut, "p").unwrap_err().message.contains("truncated"));
+        assert!(Snapshot::parse(path, cut).unwrap_err().message.contains("truncated"));
         let last_line_gone = &text[..text.trim_end().rfind('\n').unwrap() + 1];
-        assert!(Snapshot::parse(path, last_line_gone, "p").unwrap_err().message.contains("checksum"));
+        assert!(Snapshot::parse(path, last_line_gone).unwrap_err().message.contains("checksum"));
         let edited = text.replace("kcov               off", "kcov               on");
         assert_ne!(edited, text);
-        assert!(Snapshot::parse(path, &edited, "p").unwrap_err().message.contains("checksum"));
+        assert!(Snapshot::parse(path, &edited).unwrap_err().message.contains("checksum"));
         let rebound = text.replace("p.toml\"", "q.toml\"");
-        assert!(Snapshot::parse(path, &rebound, "p").unwrap_err().message.contains("checksum"));
+        assert!(Snapshot::parse(path, &rebound).unwrap_err().message.contains("checksum"));
         let old_format: String = text
             .lines()
             .filter(|l| !l.starts_with("# for-tree") && !l.starts_with("# checksum"))
             .map(|l| format!("{l}\n"))
             .collect();
-        assert!(Snapshot::parse(path, &old_format, "p").unwrap_err().message.contains("for-tree"));
-        let e = Snapshot::parse(path, "# x\n# for-tree: none\n# checksum: 0\nmm/slub.o kasn off\n", "p").unwrap_err();
+        assert!(Snapshot::parse(path, &old_format).unwrap_err().message.contains("for-tree"));
+        let e = Snapshot::parse(path, "# x\n# for-tree: none\n# checksum: 0\nmm/slub.o kasn off\n").unwrap_err();
         assert_eq!(e.code, Code::BadSnapshot);
     }
 }

@@ -62,7 +62,44 @@ fn removed_lines(t: &Taken, lines: &[&str]) -> (BTreeSet<usize>, usize) {
         anchor = anchor.min(at);
     }
     remove_empty_conditionals(lines, &mut removed);
-    (removed, anchor)
+    (removed, anchor.max(below_dead_lines(t, lines)))
+}
+
+/// The first line the block may stand on so that it follows every line it makes dead (a line
+/// the scan left in the tree because a taken line sets its variable again, `set-twice`): above
+/// them, the tree's line would become the one make reads. Past the `endif` of a conditional
+/// holding such a line.
+fn below_dead_lines(t: &Taken, lines: &[&str]) -> usize {
+    let taken: BTreeSet<&str> = t.assignments.iter().map(|&i| t.parsed.assignments[i].name.as_str()).collect();
+    let dead = t.parsed.assignments.iter().enumerate().filter(|(i, a)| {
+        !t.assignments.contains(i)
+            && taken.contains(a.name.as_str())
+            && crate::makefile::overridden_by(&t.parsed, a).is_some()
+    });
+    dead.map(|(_, a)| match a.frames.first() {
+        Some(f) => endif_of(lines, f.line) + 1,
+        None => a.end_line + 1,
+    })
+    .max()
+    .unwrap_or(0)
+}
+
+/// The 1-based line of the `endif` closing the conditional opened at `open`.
+fn endif_of(lines: &[&str], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (i, line) in lines.iter().enumerate().skip(open - 1) {
+        match first_word(line.trim()) {
+            "ifdef" | "ifndef" | "ifeq" | "ifneq" => depth += 1,
+            "endif" => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    lines.len()
 }
 
 fn remove_empty_conditionals(lines: &[&str], removed: &mut BTreeSet<usize>) {
@@ -118,6 +155,13 @@ fn rewrite(t: &Taken, block: &str) -> String {
     }
     if !out.ends_with('\n') {
         out.push('\n');
+    }
+    if anchor > lines.len() {
+        // After the file's last line (it makes the last line dead): the block ends the file.
+        if !out.ends_with("\n\n") {
+            out.push('\n');
+        }
+        out.push_str(block);
     }
     out
 }

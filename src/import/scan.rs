@@ -112,6 +112,7 @@ fn scan_with(tree: &Path, rules: &Rules, edited: bool) -> Scan {
             }
         }
         let mut taken = Vec::new();
+        let mut warned = Vec::new();
         for (i, d) in parsed.directives() {
             out.directives += 1;
             let a = &parsed.assignments[i];
@@ -126,6 +127,15 @@ fn scan_with(tree: &Path, rules: &Rules, edited: bool) -> Scan {
                     );
                     continue;
                 }
+                if makefile::overridden_by(&parsed, a).is_some() {
+                    // The tree's line, left where it stands: never dropped in silence.
+                    out.diags.push(
+                        Diagnostic::warning(Code::SetTwice, format!("`{}` not imported: {why}", a.name))
+                            .at(Location::at_line(&path, &text, a.line))
+                            .hint("left untouched in the Makefile; delete it if the later line is right, or move its value to the later line"),
+                    );
+                    continue;
+                }
                 out.diags.push(
                     Diagnostic::warning(Code::Unrepresentable, format!("`{}` not imported: {why}", a.name))
                         .at(Location::at_line(&path, &text, a.line))
@@ -135,6 +145,9 @@ fn scan_with(tree: &Path, rules: &Rules, edited: bool) -> Scan {
             }
             if take(tree, &dir, &parsed, i, &parsed, &mut found) {
                 taken.push(i);
+                if let Some(d) = control_in_comment(&path, &text, a, &mut warned) {
+                    out.diags.push(d);
+                }
             }
         }
         if !taken.is_empty() {
@@ -146,6 +159,40 @@ fn scan_with(tree: &Path, rules: &Rules, edited: bool) -> Scan {
     // lines it replaces.
     out.units = found.units;
     out
+}
+
+/// A control character in the comment above a taken line (an ESC pasted with a terminal's
+/// colours): the reason shows it as a visible picture, so the tree's bytes and the reason
+/// differ. Named as other bad bytes are, at `Makefile:line:col` with the character, once per
+/// comment paragraph (`warned` holds the paragraphs already named).
+fn control_in_comment(path: &Path, text: &str, a: &Assignment, warned: &mut Vec<usize>) -> Option<Diagnostic> {
+    let start_line = a.comment_line?;
+    if warned.contains(&start_line) {
+        return None;
+    }
+    let start = text.split_inclusive('\n').take(start_line - 1).map(str::len).sum::<usize>();
+    let paragraph = text.get(start..a.bytes.start)?;
+    let (at, c) = paragraph.char_indices().find(|(_, c)| c.is_control() && *c != '\n' && *c != '\t')?;
+    warned.push(start_line);
+    let name = match c {
+        '\u{0}' => " NUL",
+        '\u{7}' => " BEL",
+        '\u{8}' => " BS",
+        '\u{1b}' => " ESC",
+        '\r' => " CR",
+        '\u{7f}' => " DEL",
+        _ => "",
+    };
+    let code = format!("U+{:04X}{name}", u32::from(c));
+    Some(
+        Diagnostic::warning(
+            Code::BadReason,
+            format!("the comment above `{}` holds a control character ({code}): its reason shows it visibly", a.name),
+        )
+        .at(Location::from_span(path, text, start + at..start + at + c.len_utf8()))
+        .label(code)
+        .hint("delete the character from the comment (a terminal escape sequence pasted by accident?); the policy's reason, and a block `--adopt` writes from it, show it as a control picture"),
+    )
 }
 
 /// Which of the units in `group` (one object under the same conditions) a line for `mech`
@@ -439,12 +486,19 @@ fn assigned_values(file: &KbuildFile, var: &str) -> Vec<String> {
 
 /// Per-object directives whose object has no source in the directory are dead.
 fn stale(tree: &Path, rules: &Rules, units: &[ImportedUnit], taken: &[Taken], diags: &mut Diagnostics) {
+    // The first unit of each object, looked up once per line rather than searched for.
+    let mut first: HashMap<(&str, &str), &ImportedUnit> = HashMap::new();
+    for u in units {
+        if let Some(o) = &u.object {
+            first.entry((u.dir.as_str(), o.as_str())).or_insert(u);
+        }
+    }
     for t in taken {
         for &i in &t.assignments {
             let a = &t.parsed.assignments[i];
             let Some(d) = makefile::classify(a) else { continue };
             let Some(object) = &d.object else { continue };
-            let unit = units.iter().find(|u| u.dir == t.dir && u.object.as_ref() == Some(object));
+            let unit = first.get(&(t.dir.as_str(), object.as_str()));
             let vars = unit.map(|u| u.vars.clone()).unwrap_or_default();
             if !crate::kbuild::has_source(&tree.join(&t.dir), object, &vars, &t.text, rules.naming(d.mech)) {
                 diags.push(

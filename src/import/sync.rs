@@ -13,7 +13,7 @@
 //! The policy file is edited with toml_edit, so reasons, links, comments and the order of
 //! untouched units stay as they are. No kbuild file is changed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, Value};
 
@@ -121,7 +121,24 @@ fn policy_side(policy: &Policy) -> BTreeMap<Key, (Said, usize)> {
 /// Whether the last generation had this key (any spelling of `$(VAR)` names).
 fn in_base(base: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>) -> bool {
     let path = unit_path(&key.0, key.1.as_deref());
-    expand_variants(&path, vars).iter().any(|p| base.has(p, key.3)) || base.has(&path, key.3)
+    // By the line's whole identity: a line a merge wrapped in a condition the memory's state
+    // never names is the tree's, not the last generation's.
+    let symbols: Vec<String> = key.2.iter().flat_map(CondKey::symbols).collect();
+    expand_variants(&path, vars).iter().any(|p| base.had(p, key.3, &symbols)) || base.had(&path, key.3, &symbols)
+}
+
+/// Whether an unconditional tree line says another state than the last generation recorded
+/// for its object and mechanism: the tree moved there too (a merge set the value anew), so the
+/// line is the tree's to give, whatever the policy did since.
+fn said_otherwise(base: &Base, key: &Key, said: &Said) -> bool {
+    let path = unit_path(&key.0, key.1.as_deref());
+    let says = match said.setting {
+        Setting::Skip => "off",
+        Setting::Force => "on",
+    };
+    key.2.is_empty()
+        && said.flags.is_none()
+        && base.state(&path, key.3).is_some_and(|s| matches!(s, "on" | "off") && s != says)
 }
 
 /// Whether the policy's state for the key's object and mechanism differs from the last
@@ -144,7 +161,8 @@ fn policy_moved(base: &Base, now: &Base, key: &Key, vars: &BTreeMap<String, Vec<
 /// `reset` holds the directory lines the central file resets ([`super::central_resets`]):
 /// Kbuild reads them as never set, so the tree does not have them (the policy dropped them).
 /// `base` is the last generated state, `now` the policy's state as it stands (its snapshot
-/// computed afresh): a value both sides changed cannot be taken from the tree.
+/// computed afresh): a value both sides changed cannot be taken from the tree. `history` says
+/// whether the tree's history ever had a key's line (true where there is no history to ask).
 #[allow(clippy::too_many_arguments)]
 pub fn sync(
     policy: &Policy,
@@ -154,7 +172,7 @@ pub fn sync(
     reset: &[Key],
     base: &Base,
     now: &Base,
-    program: &str,
+    history: &dyn Fn(&Key) -> bool,
 ) -> Result<Synced, Diagnostics> {
     let units: Vec<ImportedUnit> = scan.units.iter().chain(central).cloned().collect();
     let units = units.as_slice();
@@ -168,8 +186,11 @@ pub fn sync(
     let mut drop: Vec<(Key, usize)> = Vec::new();
     let mut change: Vec<(Key, Said, usize, Setting)> = Vec::new();
     let mut refuse = |key: &Key, unit: Option<usize>, message: String| {
-        let mut d = Diagnostic::note(Code::Drift, message)
-            .hint(format!("the policy is ahead of the tree here: `{program} gen-makefiles` writes it"));
+        let mut d = Diagnostic::note(Code::Drift, message).hint(crate::hint![
+            "the policy is ahead of the tree here: ",
+            crate::diagnostic::Fix::GenMakefiles,
+            " writes it"
+        ]);
         let vars = unit.map(|u| policy.units[u].vars.clone()).unwrap_or_default();
         if let Some(u) = unit {
             d = d.at(policy.units[u].location.clone());
@@ -185,7 +206,8 @@ pub fn sync(
             // since the last generation (then `gen-makefiles` is what moves the tree).
             None if !base.known
                 || !in_base(base, key, &units[*t].vars)
-                || !policy_moved(base, now, key, &units[*t].vars) =>
+                || !policy_moved(base, now, key, &units[*t].vars)
+                || said_otherwise(base, key, said) =>
             {
                 add.push((key.clone(), said.clone(), *t))
             }
@@ -215,7 +237,9 @@ pub fn sync(
         if tree.contains_key(key) {
             continue;
         }
-        if in_base(base, key, &policy.units[*u].vars) && base.known {
+        // The last generation wrote it and the tree lost it, if the tree's history ever had it:
+        // a snapshot copied with its policy from another tree claims lines this one never had.
+        if in_base(base, key, &policy.units[*u].vars) && base.known && history(key) {
             drop.push((key.clone(), *u));
         } else {
             refuse(
@@ -252,15 +276,20 @@ pub fn sync(
 /// For each policy unit, the first imported unit (tree order: file, then line) that holds one
 /// of its lines; `None` for a unit the tree has no line of.
 fn tree_order(policy: &Policy, units: &[ImportedUnit]) -> Vec<Option<usize>> {
+    // Indexed by directory and object, in tree order: one lookup per policy unit, not a walk
+    // over every imported unit (a directory of 100,000 units).
+    let mut by_object: HashMap<(&str, Option<&str>), Vec<usize>> = HashMap::new();
+    for (i, t) in units.iter().enumerate() {
+        by_object.entry((t.dir.as_str(), t.object.as_deref())).or_default().push(i);
+    }
     policy
         .units
         .iter()
         .map(|u| {
-            units.iter().position(|t| {
-                t.dir == u.path.kbuild_dir
-                    && t.object == u.path.object
-                    && when_keys(&t.when) == u.conditions
-                    && t.settings.keys().any(|id| u.settings.contains_key(id))
+            let candidates = by_object.get(&(u.path.kbuild_dir.as_str(), u.path.object.as_deref()))?;
+            candidates.iter().copied().find(|&i| {
+                let t = &units[i];
+                when_keys(&t.when) == u.conditions && t.settings.keys().any(|id| u.settings.contains_key(id))
             })
         })
         .collect()
@@ -328,6 +357,63 @@ fn renames(
     out
 }
 
+/// Rewraps: a policy unit all of whose lines the tree lost, and a new line for the same object
+/// and mechanisms, saying the same, under other conditions (a merge wrapped the line in an
+/// `ifdef`, or unwrapped it). The unit keeps its reason, links and category; its `when`
+/// becomes the line's. Each is `(unit, imported unit)`.
+fn rewraps(
+    policy: &Policy,
+    units: &[ImportedUnit],
+    add: &[(Key, Said, usize)],
+    drop: &[(Key, usize)],
+    taken: &[(usize, usize)],
+) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    let dropped_units: std::collections::BTreeSet<usize> = drop.iter().map(|(_, u)| *u).collect();
+    for u in dropped_units.into_iter().filter(|u| !taken.iter().any(|(r, _)| r == u)) {
+        let unit = &policy.units[u];
+        let lost = drop.iter().filter(|(_, d)| *d == u).count();
+        if unit.path.text.contains('$') || lost != unit.settings.len() {
+            continue;
+        }
+        let fits = |t: usize| {
+            let theirs = &units[t];
+            theirs.settings.len() == lost
+                && theirs.settings.iter().all(|(id, setting)| {
+                    unit.settings.get(id) == Some(setting) && unit.flags.get(id) == theirs.flags.get(id)
+                })
+        };
+        let candidates: std::collections::BTreeSet<usize> = add
+            .iter()
+            .filter(|(k, _, t)| {
+                k.0 == unit.path.kbuild_dir
+                    && k.1 == unit.path.object
+                    && k.2 != unit.conditions
+                    && !out.iter().chain(taken).any(|(_, other)| other == t)
+            })
+            .map(|(_, _, t)| *t)
+            .collect();
+        if let [t] = candidates.into_iter().filter(|t| fits(*t)).collect::<Vec<_>>()[..] {
+            out.push((u, t));
+        }
+    }
+    out
+}
+
+/// Give the unit table `table` the conditions of the imported unit `from` (as import writes
+/// them), keeping everything else it holds.
+fn set_when(table: &mut Table, from: &ImportedUnit) {
+    let written = new_unit(from);
+    match written.get("when") {
+        Some(when) => {
+            table.insert("when", when.clone());
+        }
+        None => {
+            table.remove("when");
+        }
+    }
+}
+
 fn edit(
     policy: &Policy,
     text: &str,
@@ -337,9 +423,11 @@ fn edit(
     change: &[(Key, Said, usize, Setting)],
 ) -> Result<Synced, Diagnostics> {
     let renamed = renames(policy, units, add, drop);
-    let drop: Vec<(Key, usize)> = drop.iter().filter(|(_, u)| !renamed.iter().any(|(r, _)| r == u)).cloned().collect();
+    let rewrapped = rewraps(policy, units, add, drop, &renamed);
+    let moved = |u: &usize| renamed.iter().chain(&rewrapped).any(|(r, _)| r == u);
+    let drop: Vec<(Key, usize)> = drop.iter().filter(|(_, u)| !moved(u)).cloned().collect();
     let add: Vec<(Key, Said, usize)> =
-        add.iter().filter(|(_, _, t)| !renamed.iter().any(|(_, r)| r == t)).cloned().collect();
+        add.iter().filter(|(_, _, t)| !renamed.iter().chain(&rewrapped).any(|(_, r)| r == t)).cloned().collect();
     let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
         Diagnostics(vec![Diagnostic::error(Code::TomlSyntax, format!("cannot edit the policy: {}", e.message()))])
     })?;
@@ -357,7 +445,11 @@ fn edit(
                 Code::Unsupported,
                 "the policy's units are an inline array (`unit = [...]`), which sync cannot edit in place",
             )
-            .hint("write each unit as a `[[unit]]` table (as `sanpolicy import` writes them), then rerun `sync`");
+            .hint(crate::hint![
+                "write each unit as a `[[unit]]` table (as import writes them), then run ",
+                crate::diagnostic::Fix::Sync,
+                " again"
+            ]);
             let d = match policy.units.first() {
                 Some(u) => d.at(u.location.clone()),
                 None => d,
@@ -377,11 +469,22 @@ fn edit(
         }
         out.renamed.push(format!("{} -> {new_path}", policy.units[*u].path.text));
     }
+    for (u, t) in &rewrapped {
+        if let Some(table) = tables.get_mut(*u).and_then(Option::as_mut) {
+            set_when(table, &units[*t]);
+        }
+        let when = match units[*t].when.as_slice() {
+            [] => "no condition".to_string(),
+            when => format!("`{}`", when.join("` and `")),
+        };
+        out.changed.push(format!("{}: now under {when} (the tree moved its line)", policy.units[*u].path.text));
+    }
     for (key, said, u, was) in change {
         if let Some(t) = tables.get_mut(*u).and_then(Option::as_mut) {
             set_mechanism(t, key.3, Some(said));
             out.changed.push(format!("{} {}", policy.units[*u].path.text, key.3));
             if *was != said.setting {
+                mark_flipped(t, &policy.units[*u].why, key, *was, said.setting);
                 out.flipped.push(Flip {
                     unit: policy.units[*u].path.text.clone(),
                     mechanism: key.3,
@@ -478,6 +581,30 @@ fn edit(
 /// Directories in tree order: by path components, so `kernel/locking` follows `kernel`.
 fn dir_order(a: &str, b: &str) -> std::cmp::Ordering {
     a.split('/').cmp(b.split('/'))
+}
+
+/// Mark a unit whose value sync turned around: its reason was written for the other value, so
+/// it becomes a placeholder (`check` warns, `--strict` refuses, `explain` and `report` show it)
+/// that keeps the old words for the person who rewrites it.
+fn mark_flipped(t: &mut Table, old: &str, key: &Key, from: Setting, to: Setting) {
+    if crate::policy::is_placeholder(old) {
+        return;
+    }
+    let name = |s: Setting| if s == Setting::Skip { "skip" } else { "force" };
+    let dir = if key.0.is_empty() { "the top directory" } else { key.0.as_str() };
+    let why = format!(
+        "{}: the tree ({dir}) turned `{}` from {} to {}; rewrite this reason, written for {}:\n{old}",
+        crate::policy::FLIPPED_REASON,
+        key.3,
+        name(from),
+        name(to),
+        name(from)
+    );
+    if let Some(Item::Value(v)) = t.get_mut("why") {
+        let decor = v.decor().clone();
+        *v = Value::from(why.as_str());
+        *v.decor_mut() = decor;
+    }
 }
 
 /// The mechanism names in `skip` or `force`.

@@ -238,8 +238,10 @@ pub struct Prepared<'f> {
     /// The symbol usage of every line reachable from a set of seed lines (sorted), by that
     /// set: objects of one directory mostly share their seeds (its directory-wide lines).
     closures: HashMap<Vec<usize>, Usage>,
-    /// [`setters`] of the variables looked up so far.
-    setters: HashMap<String, Vec<usize>>,
+    /// The symbol usage reached from the [`setters`] of each variable looked up so far: shared by
+    /// every object that reads the variable (`obj-y` of a directory of 100,000 objects is set by
+    /// 100,000 lines, walked once, not once per object).
+    var_closures: HashMap<String, Usage>,
 }
 
 impl<'f> Prepared<'f> {
@@ -253,7 +255,7 @@ impl<'f> Prepared<'f> {
             assigns: None,
             guards: None,
             closures: HashMap::new(),
-            setters: HashMap::new(),
+            var_closures: HashMap::new(),
         }
     }
 
@@ -476,18 +478,13 @@ impl<'f> Prepared<'f> {
         seeds.extend(lines.by_stem.get(&stem).into_iter().flatten());
         let file = self.file;
         let (by_name, dynamic) = self.assigns.get_or_insert_with(|| assigns_of(file));
-        let known = &mut self.setters;
         let mut usage = Usage::default();
-        // Every assignment that can set `var` is read. The variables every object's expression
-        // reads (`KASAN_SANITIZE`, `is-kernel-object`, …) are looked up once per file.
-        let mut setting = |var: &str, seeds: &mut Vec<usize>| match known.get(var) {
-            Some(found) => seeds.extend(found),
-            None => {
-                let found = setters(file, by_name, dynamic, var);
-                seeds.extend(&found);
-                known.insert(var.to_string(), found);
-            }
-        };
+        // Every assignment that can set `var` is read: what they reach is walked once per
+        // variable and merged (reachability from a union is the union of what each part
+        // reaches), so the variables every object's expression reads (`KASAN_SANITIZE`,
+        // `is-kernel-object`, `obj-y`, …) cost one walk per file.
+        let mut vars: Vec<String> = Vec::new();
+        let mut setting = |var: &str, _: &mut Vec<usize>| vars.push(var.to_string());
         // The decision expression reads the `*_ALL` switches, the object's own variables and
         // any other (`ccflags-y`, `is-kernel-object`), named for this object.
         if let Some(d) = rules.decision(id) {
@@ -510,8 +507,8 @@ impl<'f> Prepared<'f> {
         }
         seeds.sort_unstable();
         seeds.dedup();
-        // What the lines reached from the seeds use depends on the seeds alone (a variable
-        // named above has its setters among them already), so it is walked once per seed set.
+        // What the lines reached from the seeds use depends on the seeds alone, so it is walked
+        // once per seed set.
         let reached = match self.closures.get(&seeds) {
             Some(reached) => reached,
             None => {
@@ -520,6 +517,16 @@ impl<'f> Prepared<'f> {
             }
         };
         usage.merge(reached);
+        for var in vars {
+            let reached = match self.var_closures.get(&var) {
+                Some(reached) => reached,
+                None => {
+                    let reached = closure(file, by_name, dynamic, guards, &setters(file, by_name, dynamic, &var));
+                    self.var_closures.entry(var).or_insert(reached)
+                }
+            };
+            usage.merge(reached);
+        }
         usage.symbols(id.get().config)
     }
 }

@@ -119,14 +119,17 @@ impl Env {
                 self.vars.entry(name).or_insert(Var { value: value.to_string(), recursive: true, overridden: false });
             }
             Op::Append => {
-                let existing = self.vars.get(&name).cloned();
-                let var = match existing {
-                    // Make adds the separating blank only when the old value is non-empty.
-                    Some(old) if old.recursive => Var { value: join(&old.value, value), ..old },
-                    Some(old) => Var { value: join(&old.value, &self.expand(value)), ..old },
-                    None => Var { value: value.to_string(), recursive: true, overridden: false },
+                // In place: `obj-y += x.o` 100,000 times must not copy the growing value each time.
+                let text = match self.vars.get(&name) {
+                    Some(old) if !old.recursive => self.expand(value),
+                    _ => value.to_string(),
                 };
-                self.vars.insert(name, var);
+                match self.vars.get_mut(&name) {
+                    Some(old) => append(&mut old.value, &text),
+                    None => {
+                        self.vars.insert(name, Var { value: text, recursive: true, overridden: false });
+                    }
+                }
             }
             Op::Shell => {
                 // The shell's output is unknown; the reader lists a directive set this way as opaque.
@@ -358,14 +361,14 @@ fn file_part(function: &str, word: &str) -> Option<String> {
     }
 }
 
-fn join(old: &str, new: &str) -> String {
+/// `+=`: make adds the separating blank only when the old value is non-empty, and 4.3 leaves
+/// the value alone (no blank) when the appended text is empty.
+fn append(old: &mut String, new: &str) {
     if old.is_empty() {
-        new.to_string()
-    } else if new.is_empty() {
-        // Make 4.3 leaves the value alone (no blank) when the appended text is empty.
-        old.to_string()
-    } else {
-        format!("{old} {new}")
+        new.clone_into(old);
+    } else if !new.is_empty() {
+        old.push(' ');
+        old.push_str(new);
     }
 }
 

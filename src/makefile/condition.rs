@@ -153,7 +153,29 @@ pub enum CondKey {
     Unparsed(String),
 }
 
+/// Every `CONFIG_…` name in `text`.
+pub fn config_symbols(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("CONFIG_") {
+        let tail = &rest[i..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+        out.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
 impl CondKey {
+    /// The Kconfig symbols the condition tests: what the memory records a state with.
+    pub fn symbols(&self) -> Vec<String> {
+        match self {
+            CondKey::Compare { operands, .. } => operands.iter().flat_map(|o| config_symbols(o)).collect(),
+            CondKey::Defined { name, .. } => config_symbols(name),
+            CondKey::Unparsed(text) => config_symbols(text),
+        }
+    }
+
     fn compare(equal: bool, a: &str, b: &str) -> CondKey {
         let (a, b) = (braces_as_parens(a), braces_as_parens(b));
         let operands = if a <= b { [a, b] } else { [b, a] };

@@ -27,7 +27,7 @@
 //! | a tab-led line with no rule before it | read as any other line, as make does |
 //! | `export NAME`/`unexport NAME`, `vpath`, `.SECONDEXPANSION` (its `$$(eval` is found as above), `.POSIX`, `.ONESHELL` | no effect on a variable's value |
 //! | `$(shell …)`, `$(call …)` of Kbuild's helpers in a value | expand to nothing (the evaluator); `$(call f)` of a function this file defines is caught at the `$(eval` in its body |
-//! | environment and command-line values, `make -e` | not modelled (they override every file; see README) |
+//! | environment and command-line values, `make -e` | not modelled (they override every file; see the book, docs/src/explanation/kbuild.md) |
 
 use std::collections::BTreeSet;
 

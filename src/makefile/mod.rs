@@ -9,10 +9,11 @@ mod directive;
 mod read;
 mod target;
 mod tree;
+mod twice;
 mod variants;
 
 pub use comment::{comment_problem, forges_marker};
-pub use condition::{CondKey, CondKind, Condition};
+pub use condition::{config_symbols, CondKey, CondKind, Condition};
 pub use constructs::{NamePattern, Opaque};
 pub use directive::{classify, is_plain_flag, unmodelled, Directive, DirectiveValue};
 pub use read::{decode_kbuild, kbuild_file, read_kbuild, unreadable};
@@ -20,6 +21,7 @@ pub use target::{TargetKernelObject, KERNEL_OBJECT};
 pub use tree::{
     is_kbuild_name, is_swept, read_kbuild_files, skipped_file, walk_kbuild_files, walk_kbuild_files_with, Walk,
 };
+pub use twice::overridden_by;
 pub use variants::expand_variants;
 
 /// Assignment operators of GNU make.
@@ -96,6 +98,14 @@ pub struct Assignment {
 }
 
 impl Assignment {
+    /// A plain, unconditional `:=` or `=` on one line: what make reads as written.
+    pub fn is_plain(&self) -> bool {
+        self.frames.is_empty()
+            && !self.continued
+            && self.modifiers.is_empty()
+            && matches!(self.op, Op::Simple | Op::Recursive)
+    }
+
     /// The conditions the line is active under, outermost first, each as a condition that holds
     /// (an `else` branch becomes the negated test), in canonical spelling: what a unit's `when`
     /// says when it means this line.
@@ -169,6 +179,9 @@ pub struct KbuildFile {
     /// A `define` or conditional still open at the end of the file: its 1-based line and
     /// keyword. Make rejects such a file, and a block appended to it would land inside.
     pub unclosed: Option<(usize, String)>,
+    /// The first `else` or `endif` make refuses as extraneous (no conditional open, or a second
+    /// `else` in one): its 1-based line and keyword.
+    pub extraneous: Option<(usize, String)>,
     /// Conditional directives in source order (for evaluation).
     pub events: Vec<Event>,
     /// Every branch of every conditional, in the order they close.
@@ -181,6 +194,21 @@ pub struct KbuildFile {
     /// Index into `assignments` and classification of every instrumentation directive, in order
     /// (classified once at parse time; the resolver asks for them many times).
     directives: Vec<(usize, Directive)>,
+    /// Indices into `assignments` by variable name, in file order: built on first use, so that
+    /// asking about one name is not a walk over every line (a directory of 100,000 units asks
+    /// about each).
+    by_name: NameIndex,
+}
+
+/// [`KbuildFile::setters`]' index: built on first use, so it is no part of what a file is
+/// (two parses of one text compare and print alike, asked or not).
+#[derive(Clone, Default)]
+struct NameIndex(std::sync::OnceLock<std::collections::HashMap<String, Vec<usize>>>);
+
+impl std::fmt::Debug for NameIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NameIndex")
+    }
 }
 
 /// What an evaluator walks: conditionals and assignments in source order.
@@ -207,14 +235,24 @@ impl KbuildFile {
     /// block layout can take a hand-written one into the block (see `import::scan` and
     /// `check::drift`). Anything else (a conditional, `+=`, `override`) is left to a person.
     pub fn plainly_set(&self, name: &str) -> bool {
-        self.assignments.iter().filter(|a| a.name == name).all(|a| {
-            a.frames.is_empty() && !a.continued && a.modifiers.is_empty() && matches!(a.op, Op::Simple | Op::Recursive)
-        })
+        self.setters(name).all(Assignment::is_plain)
     }
 
     /// The last line that sets `name`: the one make reads when [`Self::plainly_set`] holds.
     pub fn last_setter(&self, name: &str) -> Option<&Assignment> {
-        self.assignments.iter().filter(|a| a.name == name).max_by_key(|a| a.line)
+        self.setters(name).max_by_key(|a| a.line)
+    }
+
+    /// Every assignment to `name` (as written, unexpanded), in file order.
+    pub fn setters<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a Assignment> + 'a {
+        let index = self.by_name.0.get_or_init(|| {
+            let mut map: std::collections::HashMap<String, Vec<usize>> = std::collections::HashMap::new();
+            for (i, a) in self.assignments.iter().enumerate() {
+                map.entry(a.name.clone()).or_default().push(i);
+            }
+            map
+        });
+        index.get(name).map_or(&[][..], Vec::as_slice).iter().map(|&i| &self.assignments[i])
     }
 
     /// The instrumentation directives among the assignments.
@@ -338,6 +376,14 @@ impl Reading {
     }
 }
 
+/// Why make would refuse `file`'s conditionals, if it would: the line and what is wrong there.
+pub fn unbalanced(file: &KbuildFile) -> Option<(usize, String)> {
+    if let Some((line, what)) = &file.extraneous {
+        return Some((*line, format!("an extraneous `{what}`")));
+    }
+    file.unclosed.as_ref().map(|(line, what)| (*line, format!("`{what}` never closed")))
+}
+
 /// Parse kbuild file text. Never fails: anything unrecognised is simply not an assignment, and
 /// what make may do that the reader does not follow is listed in `opaque` (see `constructs`).
 pub fn parse(text: &str) -> KbuildFile {
@@ -432,6 +478,10 @@ pub fn parse(text: &str) -> KbuildFile {
                 continue;
             }
             "else" => {
+                let second = groups.last().and_then(|g| g.last()).is_some_and(|f| f.in_else);
+                if (groups.is_empty() || second) && file.extraneous.is_none() {
+                    file.extraneous = Some((logical.line, "else".into()));
+                }
                 let rest = code[4..].trim().to_string();
                 let chained = Condition::parse(&rest).ok();
                 file.events.push(Event::Else(chained.clone()));
@@ -449,6 +499,9 @@ pub fn parse(text: &str) -> KbuildFile {
                 continue;
             }
             "endif" => {
+                if groups.is_empty() && file.extraneous.is_none() {
+                    file.extraneous = Some((logical.line, "endif".into()));
+                }
                 file.events.push(Event::Endif);
                 close_branch(&mut file, &groups, &mut opened, &logical);
                 groups.pop();
@@ -848,6 +901,11 @@ mod tests {
         assert_eq!(parse("ifdef A\nifdef B\nendif\nX := y\n").unclosed, Some((1, "ifdef".into())));
         assert_eq!(parse("define f\ndefine g\nendef\n").unclosed, Some((1, "define".into())));
         assert_eq!(parse("ifeq (a,b)\nelse\nendif\ndefine f\nendef\n").unclosed, None);
+        assert_eq!(parse("ifeq (a,b)\nelse\nendif\n").extraneous, None);
+        assert_eq!(parse("X := y\nelse\nY := n\nendif\n").extraneous, Some((2, "else".into())));
+        assert_eq!(parse("ifdef A\nelse\nelse\nendif\n").extraneous, Some((3, "else".into())));
+        assert_eq!(parse("ifdef A\nelse ifdef B\nelse\nendif\n").extraneous, None);
+        assert_eq!(parse("endif\n").extraneous, Some((1, "endif".into())));
     }
 
     #[test]

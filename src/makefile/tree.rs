@@ -40,7 +40,9 @@ pub struct Walk<T = Vec<u8>> {
     /// How many kbuild files were read.
     pub read: usize,
     /// One warning per file skipped: larger than [`KBUILD_LIMIT`], or no longer a regular file
-    /// when opened. Nobody named these files, so they are skipped rather than refused.
+    /// when opened; and one per directory the walk cannot open or list (a path longer than
+    /// `PATH_MAX`, a directory swapped for a symlink, no permission). Nobody named these, so
+    /// they are skipped rather than refused, but never in silence.
     pub skipped: Diagnostics,
 }
 
@@ -92,15 +94,22 @@ pub fn walk_kbuild_files_with<T: Send>(
     };
     // The tree itself is only listed here: its files are read by a worker, like the rest.
     let mut top_files = Vec::new();
+    let unopened = |path: &Path, e: rustix::io::Errno| {
+        if let Ok(mut s) = skipped.lock() {
+            s.push(skipped_dir(path, e));
+        }
+    };
     let mut top = |entry: Entry| match entry {
         Entry::Dir(_, path) if !path.file_name().is_some_and(|n| SKIPPED_TOP.iter().any(|s| n == *s)) => {
             push(Job::Split(path))
         }
         Entry::Dir(..) => {}
         Entry::File(path, _) => top_files.push(path),
+        Entry::Unopened(path, e) => unopened(&path, e),
     };
-    if let Some(fd) = open_dir_path(tree, true) {
-        list(fd, tree, 0, &mut top);
+    match open_dir_path(tree, true) {
+        Ok(fd) => list(fd, tree, 0, &mut top),
+        Err(e) => unopened(tree, e),
     }
     push(Job::Files(top_files));
     let next = || queue.lock().ok().and_then(|mut q| q.pop_front());
@@ -120,12 +129,19 @@ pub fn walk_kbuild_files_with<T: Send>(
                                 continue;
                             }
                         };
-                        let Some(fd) = open_dir_path(dir, false) else { continue };
+                        let fd = match open_dir_path(dir, false) {
+                            Ok(fd) => fd,
+                            Err(e) => {
+                                unopened(dir, e);
+                                continue;
+                            }
+                        };
                         let whole = matches!(job, Job::Whole(_));
                         let mut visit = |entry: Entry| match entry {
                             Entry::Dir(..) if whole => unreachable!("list() descends itself"),
                             Entry::Dir(_, path) => push(Job::Whole(path)),
                             Entry::File(path, read) => take(path, read(), &mut out),
+                            Entry::Unopened(path, e) => unopened(&path, e),
                         };
                         if whole {
                             walk(fd, dir, 0, &mut visit);
@@ -152,6 +168,8 @@ enum Entry<'a> {
     Dir(OwnedFd, PathBuf),
     /// The file's path and how to read it (through the handle of the directory being listed).
     File(PathBuf, &'a dyn Fn() -> Result<Vec<u8>, input::ReadError>),
+    /// A directory that could not be opened or listed, with why: its kbuild files are not read.
+    Unopened(PathBuf, rustix::io::Errno),
 }
 
 /// Directories deeper than this below a job are opened by path, their parents' handles closed:
@@ -159,13 +177,55 @@ enum Entry<'a> {
 /// kernel tree is at most 7 levels deep below its second level).
 const HANDLE_DEPTH: usize = 8;
 
-/// The directory at `path`, opened by path; `None` when it cannot be opened, which the walk
-/// passes over as walkdir did. Only the tree itself may be a symlink (`follow`): every other
-/// directory was listed as one, and a symlink swapped in since is not followed.
-fn open_dir_path(path: &Path, follow: bool) -> Option<OwnedFd> {
+/// The directory at `path`, opened by path, or why it cannot be (the walk warns and passes
+/// over it). Only the tree itself may be a symlink (`follow`): every other directory was listed
+/// as one, and a symlink swapped in since is not followed.
+fn open_dir_path(path: &Path, follow: bool) -> Result<OwnedFd, rustix::io::Errno> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let flags = if follow { flags } else { flags | OFlags::NOFOLLOW };
-    rustix::fs::open(path, flags, Mode::empty()).ok()
+    rustix::fs::open(path, flags, Mode::empty())
+}
+
+/// Whether a failure to open `path` is worth a warning: a directory that vanished since its
+/// parent was listed is not (as for files).
+fn noted(e: rustix::io::Errno) -> bool {
+    e != rustix::io::Errno::NOENT
+}
+
+/// The warning for a directory the walk cannot open or list: the kbuild files below it are not
+/// read, so whatever they set is not judged.
+pub fn skipped_dir(path: &Path, e: rustix::io::Errno) -> Diagnostic {
+    let why = match e {
+        rustix::io::Errno::NAMETOOLONG => {
+            "its path is longer than the system allows (PATH_MAX), so it cannot be opened".to_string()
+        }
+        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => {
+            "it is a symlink now (or a loop of them), which the walk does not follow".to_string()
+        }
+        e => format!("it cannot be opened: {e}"),
+    };
+    let mut shown = path.display().to_string();
+    if shown.len() > 300 {
+        // Named by its start and end: the whole would fill screens.
+        let (head, tail) = (floor(&shown, 120), ceil(&shown, shown.len() - 120));
+        shown = format!("{}…{} ({} bytes)", &shown[..head], &shown[tail..], shown.len());
+    }
+    Diagnostic::warning(Code::Io, format!("skipped directory `{shown}`: {why}; its kbuild files are not read"))
+        .hint("move the directory (or its kbuild files) where the walk can open it: a shorter path, a real directory, readable by this user")
+}
+
+fn floor(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
 }
 
 /// Every entry of the directory open as `fd` (at `path`, `depth` below its job) that the walk
@@ -173,22 +233,36 @@ fn open_dir_path(path: &Path, follow: bool) -> Option<OwnedFd> {
 /// listed directory is opened with `O_NOFOLLOW`, and an entry the listing calls a symlink is
 /// neither a directory nor a file here. An unreadable entry is passed over, as walkdir did.
 fn list(fd: OwnedFd, path: &Path, depth: usize, visit: &mut dyn FnMut(Entry)) {
-    let Ok(mut dir) = Dir::new(fd) else { return };
+    let mut dir = match Dir::new(fd) {
+        Ok(d) => d,
+        Err(e) => return visit(Entry::Unopened(path.to_path_buf(), e)),
+    };
     let mut deep = Vec::new();
-    while let Some(Ok(entry)) = dir.read() {
+    while let Some(entry) = dir.read() {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                visit(Entry::Unopened(path.to_path_buf(), e));
+                break;
+            }
+        };
         let name = entry.file_name();
         if name == c"." || name == c".." {
             continue;
         }
         let Ok(handle) = dir.fd() else { return };
+        let child = path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
         let kind = match entry.file_type() {
             FileType::Unknown => match rustix::fs::statat(handle, name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => FileType::from_raw_mode(st.st_mode),
+                Err(e) if noted(e) => {
+                    visit(Entry::Unopened(child, e));
+                    continue;
+                }
                 Err(_) => continue,
             },
             kind => kind,
         };
-        let child = path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
         match kind {
             FileType::Directory if depth >= HANDLE_DEPTH => deep.push(child),
             FileType::Directory => {
@@ -198,6 +272,7 @@ fn list(fd: OwnedFd, path: &Path, depth: usize, visit: &mut dyn FnMut(Entry)) {
                     // Out of handles (a low `ulimit -n`): opened by path once this one is closed,
                     // rather than silently left out.
                     Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) => deep.push(child),
+                    Err(e) if noted(e) => visit(Entry::Unopened(child, e)),
                     Err(_) => {}
                 }
             }
@@ -209,8 +284,10 @@ fn list(fd: OwnedFd, path: &Path, depth: usize, visit: &mut dyn FnMut(Entry)) {
     }
     drop(dir);
     for child in deep {
-        if let Some(sub) = open_dir_path(&child, false) {
-            visit(Entry::Dir(sub, child));
+        match open_dir_path(&child, false) {
+            Ok(sub) => visit(Entry::Dir(sub, child)),
+            Err(e) if noted(e) => visit(Entry::Unopened(child, e)),
+            Err(_) => {}
         }
     }
 }

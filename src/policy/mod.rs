@@ -24,6 +24,15 @@ use crate::mechanism::MechId;
 /// every stage above the policy reads it from here.
 pub const PLACEHOLDER_REASON: &str = "TODO(sanpolicy import): the tree gives no reason";
 
+/// How `sync` marks the reason of a unit whose value it turned around (skip ↔ force): the
+/// reason was written for the other value, so it is a placeholder until someone rewrites it.
+pub const FLIPPED_REASON: &str = "TODO(sanpolicy sync)";
+
+/// Whether `why` is a placeholder a person still has to replace with a real reason.
+pub fn is_placeholder(why: &str) -> bool {
+    why.starts_with(PLACEHOLDER_REASON) || why.starts_with(FLIPPED_REASON)
+}
+
 /// What a unit asks of one mechanism; defined with the mechanism table, below the makefile
 /// reader, which reads directives as settings.
 pub use crate::mechanism::Setting;
@@ -226,12 +235,38 @@ impl Policy {
     }
 }
 
+/// Why a line that [`crate::makefile::overridden_by`] makes dead is not the policy's.
+pub fn set_twice(a: &crate::makefile::Assignment, later: &crate::makefile::Assignment) -> String {
+    format!(
+        "make never reads line {}: line {} sets `{}` again (`{} {}`), and make reads only that",
+        a.line,
+        later.line,
+        a.name,
+        later.op.as_str(),
+        later.value.trim_end()
+    )
+}
+
 /// Whether a policy can hold the directive line `a` (`d`) of `file`, or why not: such a line is
 /// imported as a unit and owned by `gen-makefiles` (reconciled in place, moved into a block);
 /// any other line stays where it is, outside the policy, and `check` reports it
 /// (`unrepresentable`). One answer for every layout and every command, so that no command
 /// writes away a line import left out.
 pub fn holdable(
+    file: &crate::makefile::KbuildFile,
+    a: &crate::makefile::Assignment,
+    d: &crate::makefile::Directive,
+) -> Result<(), String> {
+    // Make never reads a line set again below it: it stays the tree's (`set-twice` names it).
+    if let Some(later) = crate::makefile::overridden_by(file, a) {
+        return Err(set_twice(a, later));
+    }
+    holdable_line(file, a, d)
+}
+
+/// [`holdable`] for the line alone, dead or not: the central layout's resets count every line
+/// of a variable (one reset stands for one line), read or not.
+pub fn holdable_line(
     file: &crate::makefile::KbuildFile,
     a: &crate::makefile::Assignment,
     d: &crate::makefile::Directive,
@@ -243,7 +278,7 @@ pub fn holdable(
     if let Some(o) = file.opaque.iter().find(above) {
         return Err(format!("{} at line {} may change it", o.construct, o.line));
     }
-    if let Some(p) = file.assignments.iter().find(|b| b.name == ".RECIPEPREFIX") {
+    if let Some(p) = file.setters(".RECIPEPREFIX").next() {
         return Err(format!(
             "the file sets `.RECIPEPREFIX` (line {}): a block's lines could read as recipe lines",
             p.line
@@ -251,6 +286,15 @@ pub fn holdable(
     }
     if let Some(why) = crate::makefile::unmodelled(a, d) {
         return Err(why);
+    }
+    // A `when` is written in the policy's grammar, where make's blanks around an operand are
+    // not kept (`ifeq "$(CONFIG_FOO) " "y"` is never true in make, `ifeq ($(CONFIG_FOO),y)`
+    // is): such a condition cannot be held, and the line stays where it is.
+    if let Some(f) = a.frames.iter().find(|f| f.condition.args.iter().any(|x| x.trim() != x)) {
+        return Err(format!(
+            "its condition `{}` (line {}) compares an operand with blanks make keeps, which a `when` cannot say",
+            f.condition.text, f.line
+        ));
     }
     // A policy's `when` is a grammar over Kconfig symbols; what is outside it stays in the tree.
     for condition in a.when() {

@@ -118,7 +118,7 @@ impl Ctx<'_> {
 
     fn error(&mut self, code: Code, span: Option<Range<usize>>, message: String, hint: impl Into<String>) {
         let loc = self.loc(span);
-        self.diags.push(Diagnostic::error(code, message).at(loc).hint(hint));
+        self.diags.push(Diagnostic::error(code, message).at(loc).hint(Into::<String>::into(hint)));
     }
 }
 

@@ -515,8 +515,8 @@ mod tests {
         let first = &found.0[0];
         assert_eq!(&text[first.location.as_ref().unwrap().span.clone()], "CONFIG_FUNCTION_TRACR");
         assert_eq!(first.location.as_ref().map(|l| (l.line, l.col)), Some((5, 40)));
-        assert!(first.hint.as_deref().unwrap().starts_with("did you mean `CONFIG_FUNCTION_TRACER`?"), "{lines:?}");
+        assert!(first.help().unwrap().starts_with("did you mean `CONFIG_FUNCTION_TRACER`?"), "{lines:?}");
         assert_eq!(first.code, Code::UnknownSymbol);
-        assert!(found.0[1].hint.as_deref().unwrap().starts_with("no `Kconfig` file"), "{lines:?}");
+        assert!(found.0[1].help().unwrap().starts_with("no `Kconfig` file"), "{lines:?}");
     }
 }

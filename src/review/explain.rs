@@ -379,7 +379,9 @@ fn shown(path: &Path) -> String {
     text.strip_prefix("./").map(str::to_string).unwrap_or(text)
 }
 
-pub fn render_text(e: &Explanation, policy: &Policy, program: &str) -> String {
+/// `drift` says, for a mechanism whose state the tree and the policy disagree on, what the
+/// judge found and the fix it prints.
+pub fn render_text(e: &Explanation, policy: &Policy, drift: &dyn Fn(MechId) -> String) -> String {
     let file = e.kbuild_file.as_deref().map_or("generated block only, no tree".to_string(), shown);
     let mut out = format!("{}  ({file})\n", e.object);
     for note in notes(e) {
@@ -387,8 +389,9 @@ pub fn render_text(e: &Explanation, policy: &Policy, program: &str) -> String {
     }
     for (id, then) in &e.drift {
         out.push_str(&format!(
-            "  note: drift: `{id}` is as below in the tree, but the policy makes it {}; the tree and the policy differ here (`{program} check` says which side moved and how to fix it)\n",
-            then.label()
+            "  note: drift: `{id}` is as below in the tree, but the policy makes it {}: {}\n",
+            then.label(),
+            drift(*id)
         ));
     }
     for o in &e.opaque {

@@ -3,25 +3,56 @@
 //! file by hand. It reads only what it must, from the git index: the staged kbuild files, the
 //! policy, and the kbuild files of the policy's directories when the policy changed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::git::{git, repo_root, Blob, Blobs, Indexed};
-use crate::diagnostic::{Code, Diagnostic, Diagnostics, Location};
+use crate::diagnostic::{Code, Diagnostic, Diagnostics, Fix, Location};
 use crate::kbuild::Rules;
-use crate::output::Change;
 use crate::policy::{self, Policy};
 
-/// What the hook found.
+/// What the hook judges: the plan of the commit the index would make, and the staged text of
+/// every file its diagnostics point into.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    /// Staged kbuild files that differ from what the policy generates.
-    pub stale: Vec<Change>,
-    pub diags: Diagnostics,
+    /// The staged policy (empty when the index has none), whose units of the staged
+    /// directories were planned.
+    pub policy: Policy,
+    /// The units judged: those of the directories the commit touches (every unit in the
+    /// central layout, whose one file holds them all).
+    pub judged: Policy,
+    /// The plan of those directories' staged kbuild files, with the staged policy's snapshot
+    /// (compared with the staged one when the commit holds the policy or the snapshot) and the
+    /// committed snapshot as the memory; the hook's own problems (a deleted policy, a deleted
+    /// kbuild file, a path that is not UTF-8) are its diagnostics.
+    pub plan: crate::generate::Plan,
     /// The staged text of every file the diagnostics point into (the policy, kbuild files):
     /// positions are in these, not in the working tree, so they must be rendered from them.
     pub sources: Vec<(PathBuf, String)>,
+    /// The repository's top and the tree's path in it (`linux/`, or empty).
+    pub repo: PathBuf,
+    pub prefix: String,
+}
+
+impl Outcome {
+    /// Repository paths of the files the fixes write (the policy, its snapshot, the kbuild
+    /// files of the judged directories), for telling whether the working tree holds what is
+    /// staged there.
+    pub fn fixed_files(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.policy.files.iter().filter_map(|(p, _)| in_repo(p, &self.repo)).collect();
+        if let Some(first) = out.first() {
+            out.push(crate::generate::snapshot::snapshot_path(Path::new(first)).display().to_string());
+        }
+        out.extend(
+            self.plan
+                .dirs
+                .values()
+                .filter_map(|d| d.file.path.strip_prefix(&self.repo).ok())
+                .map(|p| p.display().to_string()),
+        );
+        out
+    }
 }
 
 fn dir_of(path: &str) -> &str {
@@ -124,11 +155,15 @@ pub fn pre_commit_started(
         .map(Path::to_path_buf)
         .map_err(|_| format!("policy `{}` is not inside the repository", policy_path.display()))?;
     let mut blobs = blobs;
-    let mut outcome = Outcome::default();
+    // The kernel tree may be a subdirectory of the repository (`linux/`): kbuild paths are
+    // judged relative to the tree's top, as the policy names them; git is asked with the prefix.
+    let prefix = tree_prefix(tree, &repo)?;
+    let mut outcome = Outcome { repo: repo.clone(), prefix: prefix.clone(), ..Outcome::default() };
+    let mut diags = Diagnostics::default();
     // Read while git lists what is staged: what was last generated (drift needs it whenever a
     // kbuild file is staged, the usual commit in a kernel tree), and the committed policy (the
     // staged one, unless the commit changes it).
-    use crate::generate::snapshot::{self, Binding, Snapshot};
+    use crate::generate::snapshot::{self, Binding};
     let snapshot_rel = snapshot::snapshot_path(&policy_rel).display().to_string();
     let binding = Binding::of(policy_path, Some(tree));
     let snapshot_spec = format!("HEAD:{snapshot_rel}");
@@ -141,10 +176,10 @@ pub fn pre_commit_started(
     // The committed snapshot is the base of every "which side moved": validated like on disk.
     let base = match base_bytes {
         None => Ok(snapshot::Base::default()),
-        Some(bytes) => snapshot::base_from_bytes(&shown(&repo.join(&snapshot_rel)), bytes, &binding, "sanpolicy"),
+        Some(bytes) => snapshot::base_from_bytes(&shown(&repo.join(&snapshot_rel)), bytes, &binding),
     };
     let base = base.unwrap_or_else(|d| {
-        outcome.diags.push(*d);
+        diags.push(*d);
         snapshot::Base::default()
     });
     let staged_out = staged_run.wait_with_output().map_err(|e| e.to_string())?;
@@ -155,7 +190,7 @@ pub fn pre_commit_started(
     // A path that is not UTF-8 is not asked of git as its bytes (two of them could read the same
     // here, and one would be judged as the other): a staged kbuild file's is refused instead.
     for e in entries.iter().filter(|e| !e.utf8 && is_kbuild(&e.path)) {
-        outcome.diags.push(
+        diags.push(
             Diagnostic::error(Code::BadPath, format!("the staged `{}` has a path that is not UTF-8", e.path))
                 .at(Location::file(&shown(&repo.join(&e.path))))
                 .hint("rename it: the hook judges kbuild files by UTF-8 paths, as every kernel tree names them"),
@@ -163,9 +198,6 @@ pub fn pre_commit_started(
     }
     entries.retain(|e| e.utf8);
     let staged: Vec<String> = entries.iter().map(|e| e.path.clone()).collect();
-    // The kernel tree may be a subdirectory of the repository (`linux/`): kbuild paths are
-    // judged relative to the tree's top, as the policy names them; git is asked with the prefix.
-    let prefix = tree_prefix(tree, &repo)?;
     let in_tree = |path: &String| path.strip_prefix(&prefix).map(str::to_string);
     let kbuild_staged: Vec<String> = staged.iter().filter_map(in_tree).collect();
     let deleted: BTreeSet<String> =
@@ -178,74 +210,80 @@ pub fn pre_commit_started(
     let Some((policy, policy_diags)) = loaded else {
         // A policy in HEAD but not in the index is being removed: the blocks it generated stay.
         if let Some((head, _)) = policy_from(&blobs, &repo, "HEAD:", &policy_rel) {
-            let shown = policy_rel.display();
-            outcome.diags.push(
+            let shown = policy_rel.display().to_string();
+            diags.push(
                 Diagnostic::error(Code::PolicyRemoved, format!("the policy `{shown}` is deleted from the index"))
                     .at(Location::file(&policy_abs))
-                    .hint(format!(
-                        "restore it with `git restore --staged --worktree -- {shown}`; to stop using sanpolicy, \
-                         also remove the {} generated block(s) and the hook",
-                        head.directories().len()
-                    )),
+                    .hint(crate::hint![
+                        "restore it with ",
+                        Fix::git(&["restore", "--staged", "--worktree", "--", &shown]),
+                        format!(
+                            "; to stop using sanpolicy, also remove the {} generated block(s) and the hook",
+                            head.directories().len()
+                        )
+                    ]),
             );
         }
+        outcome.plan.diags = diags;
         return Ok(outcome); // no policy staged or committed: nothing to keep in sync
     };
     outcome.sources.extend(policy.files.iter().cloned());
     if policy_diags.has_errors() {
-        outcome.diags.extend(policy_diags);
+        diags.extend(policy_diags);
+        outcome.plan.diags = diags;
+        outcome.policy = policy;
         return Ok(outcome);
     }
     let policy_files: BTreeSet<String> = policy.files.iter().filter_map(|(p, _)| in_repo(p, &repo)).collect();
     let policy_changed = staged.iter().any(|s| policy_files.contains(s));
+    // The hook judges the commit whole, as `gen-makefiles --check` judges the tree the commit
+    // would make: every directory the policy, the committed memory or the committed policy has
+    // lines in, and every staged kbuild file's (a hand-added line there is drift). A commit that
+    // does not touch an out-of-date directory still fails on it: the commit would be out of
+    // sync, and CI's `--check` would say so.
     let mut dirs: BTreeSet<String> =
         kbuild_staged.iter().filter(|s| is_kbuild(s)).map(|s| dir_of(s).to_string()).collect();
+    dirs.extend(policy.units_by_dir().keys().map(|d| d.to_string()));
+    dirs.extend(base.directories());
     if policy_changed {
-        // Only directories whose units the change alters can have drifted because of it; the
-        // committed policy is parsed only then (it costs as much as the staged one).
-        let head_policy = policy_from(&blobs, &repo, "HEAD:", &policy_rel).map(|(old, _)| old);
-        let old = head_policy.as_ref().map(units_by_dir).unwrap_or_default();
-        let new = units_by_dir(&policy);
-        // Another layout writes every directory anew.
-        let relaid = head_policy.as_ref().is_some_and(|old| old.layout != policy.layout);
-        for dir in new.keys().chain(old.keys()) {
-            if relaid || new.get(dir) != old.get(dir) {
-                dirs.insert(dir.clone());
-            }
+        if let Some((head, _)) = policy_from(&blobs, &repo, "HEAD:", &policy_rel) {
+            dirs.extend(head.units_by_dir().keys().map(|d| d.to_string()));
         }
     }
-    // The central layout's one file holds every directory's lines: a staged kbuild file (or the
-    // central file, or the Makefile.build that includes it) is judged with all of them.
     let central = policy.layout == crate::policy::Layout::Central;
-    if central && (!dirs.is_empty() || kbuild_staged.iter().any(|s| CENTRAL_INPUTS.contains(&s.as_str()))) {
-        dirs.extend(policy.units_by_dir().keys().map(|d| d.to_string()));
-    }
     let mut blobs = blobs.into_inner();
-    let mut fetch = |spec: String| blobs.get(&spec).map_err(|e| e.to_string());
-    // The policy and its snapshot travel together: a staged policy needs its staged snapshot.
-    if policy_changed || staged.contains(&snapshot_rel) {
-        // The whole text, as `gen-makefiles --check` compares it: its header is the same
-        // whoever writes it, and its binding and checksum are part of what is committed.
-        let want = Snapshot::compute(&policy, rules, binding.clone()).render(&policy_rel);
-        let have = fetch(format!(":0:{snapshot_rel}"))?.map(|b| String::from_utf8_lossy(&b).into_owned());
-        if have.as_deref() != Some(want.as_str()) {
-            outcome.diags.push(
-                Diagnostic::error(
-                    Code::StaleFile,
-                    format!("the staged `{snapshot_rel}` does not match the staged policy"),
-                )
-                .at(Location::file(&repo.join(&snapshot_rel)))
-                .hint(format!("run `sanpolicy gen-makefiles` and `git add {snapshot_rel}`"))
-                .fixed_by(crate::diagnostic::Fix::GenMakefiles),
-            );
-        }
-    }
-    if dirs.is_empty() {
-        return Ok(outcome);
-    }
-    let written = [policy_rel.display().to_string(), snapshot_rel];
+    // The policy and its snapshot travel together: a staged policy needs its staged snapshot,
+    // compared whole, as `gen-makefiles --check` compares it (its header is the same whoever
+    // writes it, and its binding and checksum are part of what is committed).
+    let judged_snapshot = if policy_changed || staged.contains(&snapshot_rel) {
+        let have = blobs.get(&format!(":0:{snapshot_rel}")).map_err(|e| e.to_string())?;
+        Some(have.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    } else {
+        None
+    };
     let at = Top { dir: repo.join(&prefix), prefix };
-    staged_drift(&at, &policy, rules, &dirs, &deleted, &base, &written, &mut blobs, &mut outcome)?;
+    let staged_files = staged_files(&at, &policy, &dirs, &deleted, &mut blobs, &mut diags, &mut outcome.sources)?;
+    let judged = if central {
+        policy.clone()
+    } else {
+        policy.with_units_where(|u| staged_files.present.contains(&u.path.kbuild_dir))
+    };
+    let index = crate::generate::Index {
+        staged: &staged_files.staged,
+        snapshot: judged_snapshot.map(|have| (repo.join(&snapshot_rel), policy_rel.clone(), have)),
+        binding,
+        base,
+    };
+    let mut plan = if dirs.is_empty() {
+        crate::generate::plan_index(&policy, &crate::policy::Policy::default(), &at.dir, rules, index)
+    } else {
+        crate::generate::plan_index(&policy, &judged, &at.dir, rules, index)
+    };
+    diags.extend(std::mem::take(&mut plan.diags));
+    plan.diags = diags;
+    outcome.plan = plan;
+    outcome.policy = policy;
+    outcome.judged = judged;
     Ok(outcome)
 }
 
@@ -296,13 +334,13 @@ fn staged_entries(out: &[u8]) -> Vec<Entry> {
 
 /// A staged deletion of a kbuild file that holds the policy's block or directives: the commit
 /// drops exemptions without the policy saying so.
-fn deleted_kbuild_file(path: &Path, rel: &str, head: &str, units: usize, outcome: &mut Outcome) {
+fn deleted_kbuild_file(path: &Path, rel: &str, head: &str, units: usize, diags: &mut Diagnostics) {
     let parsed = crate::makefile::parse(head);
     let directives = parsed.directives().count();
     if units == 0 && directives == 0 && parsed.block.is_none() {
         return;
     }
-    outcome.diags.push(
+    diags.push(
         Diagnostic::error(
             Code::DeletedKbuildFile,
             format!(
@@ -310,9 +348,12 @@ fn deleted_kbuild_file(path: &Path, rel: &str, head: &str, units: usize, outcome
             ),
         )
         .at(Location::file(path))
-        .hint(format!(
-            "restore it with `git restore --staged --worktree -- {rel}`, or drop the directory's units from the policy and run `sanpolicy gen-makefiles`"
-        )),
+        .hint(crate::hint![
+            "restore it with ",
+            Fix::git(&["restore", "--staged", "--worktree", "--", rel]),
+            ", or drop the directory's units from the policy and run ",
+            Fix::GenMakefiles
+        ]),
     );
 }
 
@@ -323,70 +364,28 @@ fn shown(path: &Path) -> PathBuf {
     path.strip_prefix(&cwd).map(Path::to_path_buf).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// What each directory's units are, for telling which directories a policy change touches. The
-/// block and central layouts write each unit's reason into the generated text, so there a
-/// changed `why` changes the directory too.
-fn units_by_dir(policy: &Policy) -> BTreeMap<String, Vec<String>> {
-    let reasons = policy.layout != crate::policy::Layout::InPlace;
-    policy
-        .units_by_dir()
-        .into_iter()
-        .map(|(dir, units)| {
-            let said = units
-                .iter()
-                .map(|u| {
-                    let why = if reasons { u.why.as_str() } else { "" };
-                    format!("{} {:?} {:?} {:?} {why:?}", u.path.text, u.settings, u.when, u.flags)
-                })
-                .collect();
-            (dir.to_string(), said)
-        })
-        .collect()
+/// The staged kbuild files of the judged directories, and which directories have one.
+struct StagedFiles {
+    staged: crate::generate::Staged,
+    present: BTreeSet<String>,
 }
 
-#[allow(clippy::too_many_arguments)]
-/// `hint` of a drift finding about `file` (relative to the repository), for the hook: the hook
-/// judges the index, so the command the hint names fixes nothing until what it wrote is staged.
-/// `sync` writes the policy and its snapshot (`written`), `gen-makefiles` the kbuild file.
-/// `file` is `None` when the finding is located in the policy, not in a kbuild file: then every
-/// tracked file it changed is staged (`git add -u`).
-fn staged_hint(hint: &str, file: Option<&str>, written: &[String; 2]) -> String {
-    let mut steps = Vec::new();
-    if hint.contains("sanpolicy sync") {
-        steps.push(format!("after `sanpolicy sync`, `git add {} {}`", written[0], written[1]));
-    }
-    if hint.contains("sanpolicy gen-makefiles") {
-        steps.push(match file {
-            Some(file) => format!("after `sanpolicy gen-makefiles`, `git add {file} {}`", written[1]),
-            None => "after `sanpolicy gen-makefiles`, `git add -u`".to_string(),
-        });
-    }
-    if steps.is_empty() {
-        return hint.to_string();
-    }
-    format!("{hint}; the hook judges what is staged, so stage what that wrote: {}", steps.join("; "))
-}
-
-/// Drift on the staged files: the staged kbuild files of `dirs` are planned from their blobs
-/// (nothing is laid out on disk) and judged by the same planning and drift rules as `check` and
-/// `gen-makefiles --check`, with every position and text taken from the staged blobs.
-#[allow(clippy::too_many_arguments)]
-fn staged_drift(
+/// The staged kbuild files of `dirs` (both names of every directory asked in one batch;
+/// Kbuild reads `Kbuild` when there is one), for planning the index from their bytes with
+/// nothing laid out on disk; a directory the commit deletes is judged on what HEAD had there.
+fn staged_files(
     top: &Top,
     policy: &Policy,
-    rules: &Rules,
     dirs: &BTreeSet<String>,
     deleted: &BTreeSet<String>,
-    base: &crate::generate::snapshot::Base,
-    written: &[String; 2],
     blobs: &mut Blobs,
-    outcome: &mut Outcome,
-) -> Result<(), String> {
+    diags: &mut Diagnostics,
+    sources: &mut Vec<(PathBuf, String)>,
+) -> Result<StagedFiles, String> {
     let join = |d: &str, n: &str| if d.is_empty() { n.to_string() } else { format!("{d}/{n}") };
     let by_dir = policy.units_by_dir();
     let mut staged = crate::generate::Staged::default();
     let mut present = BTreeSet::new();
-    // Both names of every directory in one batch; Kbuild reads `Kbuild` when there is one.
     let central = policy.layout == crate::policy::Layout::Central;
     let mut rels: Vec<String> = dirs.iter().flat_map(|d| [join(d, "Kbuild"), join(d, "Makefile")]).collect();
     if central {
@@ -399,7 +398,7 @@ fn staged_drift(
     for d in dirs {
         let (kbuild, makefile) = (found.next(), found.next());
         if let Some((rel, bytes)) = [kbuild, makefile].into_iter().flatten().find(|(_, b)| b.is_some()) {
-            staged_into(&mut staged, repo, rel, bytes, outcome);
+            staged_into(&mut staged, repo, rel, bytes, sources);
             present.insert(d.clone());
             continue;
         }
@@ -409,43 +408,18 @@ fn staged_drift(
             if let Some(bytes) = fetch(format!("HEAD:{}{rel}", top.prefix))?.filter(|_| deleted.contains(&rel)) {
                 let head = String::from_utf8_lossy(&bytes);
                 let units = by_dir.get(d.as_str()).map_or(0, Vec::len);
-                deleted_kbuild_file(&repo.join(&rel), &rel, &head, units, outcome);
+                deleted_kbuild_file(&repo.join(&rel), &rel, &head, units, diags);
                 break;
             }
         }
     }
-    let sub = if central {
-        // Planned as the tree is: with the staged central file and the Makefile.build reading
-        // it, and every unit (the central file is rendered from all of them).
+    if central {
+        // Planned as the tree is: with the staged central file and the Makefile.build reading it.
         for (rel, bytes) in found.by_ref() {
-            staged_into(&mut staged, repo, rel, bytes, outcome);
+            staged_into(&mut staged, repo, rel, bytes, sources);
         }
-        None
-    } else {
-        Some(policy.with_units_where(|u| present.contains(&u.path.kbuild_dir)))
-    };
-    let sub = sub.as_ref().unwrap_or(policy);
-    // Swept: a staged kbuild file of a directory the policy does not name is judged too.
-    let plan = crate::generate::plan_staged(sub, repo, rules, &staged);
-    let relocate = |mut d: Diagnostic| {
-        if let Some(l) = d.location.as_mut() {
-            // A kbuild file the commit stages, or `None`: a finding located in the policy.
-            let file = l.path.strip_prefix(repo).ok().map(|p| p.display().to_string());
-            let file = file.filter(|f| staged.files.contains_key(f));
-            if d.code == Code::Drift {
-                d.hint = d.hint.as_deref().map(|h| staged_hint(h, file.as_deref(), written));
-            }
-            l.path = shown(&l.path);
-        }
-        d
-    };
-    let mut found = plan.diags.clone();
-    found.extend(crate::check::drift::findings(sub, &plan, rules, base, "sanpolicy"));
-    outcome.diags.extend(Diagnostics(found.0.into_iter().map(relocate).collect()));
-    for c in plan.changes.into_iter().filter(|c| !c.is_noop()) {
-        outcome.stale.push(Change { path: shown(&c.path), ..c });
     }
-    Ok(())
+    Ok(StagedFiles { staged, present })
 }
 
 /// The staged text of `rel` (relative to the repository), if the index has it: taken into
@@ -455,7 +429,7 @@ fn staged_into(
     repo: &Path,
     rel: String,
     blob: Option<Blob>,
-    outcome: &mut Outcome,
+    sources: &mut Vec<(PathBuf, String)>,
 ) {
     match blob {
         None => {}
@@ -463,7 +437,7 @@ fn staged_into(
             staged.irregular.insert(rel, what);
         }
         Some(Blob::File(bytes)) => {
-            outcome.sources.push((shown(&repo.join(&rel)), String::from_utf8_lossy(&bytes).into_owned()));
+            sources.push((repo.join(&rel), String::from_utf8_lossy(&bytes).into_owned()));
             staged.files.insert(rel, bytes);
         }
     }
@@ -513,4 +487,35 @@ pub fn hooks_dir(tree: &Path) -> Result<PathBuf, String> {
     let out = git(tree, &["rev-parse", "--git-path", "hooks"])?;
     let p = PathBuf::from(String::from_utf8_lossy(&out).trim());
     Ok(if p.is_absolute() { p } else { tree.join(p) })
+}
+
+/// Stage `paths` (files a fix wrote, or deleted) in the repository that holds them, exactly
+/// those: `sync --stage` and `gen-makefiles --stage`, so the hook that printed the fix sees what
+/// it wrote. Ignored paths too (Debian's tarballs ignore `/*`): the command wrote them for the
+/// commit.
+pub fn stage(paths: &[&Path]) -> Result<(), String> {
+    let Some(first) = paths.first() else { return Ok(()) };
+    let dir = first.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let repo = repo_root(dir)?;
+    let mut args = vec!["add".to_string(), "-f".into(), "-A".into(), "--".into()];
+    for p in paths {
+        let abs = super::resolved(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let rel =
+            abs.strip_prefix(&repo).map_err(|_| format!("`{}` is not inside `{}`", p.display(), repo.display()))?;
+        args.push(rel.display().to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    git(&repo, &args).map(|_| ())
+}
+
+/// Which of `paths` (relative to the repository's top) differ between the working tree and
+/// the index: a fix run in the working tree would not judge what the hook judged.
+pub fn unstaged(repo: &Path, paths: &[String]) -> Result<Vec<String>, String> {
+    if paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut args = vec!["diff", "--name-only", "-z", "--"];
+    args.extend(paths.iter().map(String::as_str));
+    let out = git(repo, &args)?;
+    Ok(out.split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
 }

@@ -5,6 +5,7 @@ pub mod explain;
 mod git;
 pub mod hook;
 pub mod report;
+pub mod sarif;
 
 use std::path::{Path, PathBuf};
 

@@ -16,7 +16,6 @@ use crate::kbuild::{arch, Rules};
 use crate::makefile::{self, KbuildFile};
 use crate::makefile::{kbuild_file, read_kbuild};
 use crate::mechanism::MechId;
-use crate::policy::PLACEHOLDER_REASON;
 use crate::policy::{Policy, Setting};
 
 /// Reason categories, first match wins. A keyword matches case-insensitively at the start of a
@@ -38,7 +37,7 @@ pub const OTHER: &str = "other";
 
 /// The category a reason falls in.
 pub fn category(why: &str) -> &'static str {
-    if why.starts_with(PLACEHOLDER_REASON) {
+    if crate::policy::is_placeholder(why) {
         return NO_REASON;
     }
     let lower = why.to_lowercase();
@@ -514,6 +513,7 @@ mod text_tests {
 mod tests {
     use super::*;
     use crate::diagnostic::Code;
+    use crate::policy::PLACEHOLDER_REASON;
 
     #[test]
     fn reasons_fall_into_categories() {

@@ -128,12 +128,43 @@ pub fn run_in(cwd: &Path, args: &[&str]) -> Run {
         .args(args)
         .current_dir(cwd)
         .env("NO_COLOR", "1")
+        .env("PATH", path_with_sanpolicy())
         .output()
         .unwrap();
     Run {
         code: out.status.code().expect("sanpolicy was killed by a signal"),
         stdout: String::from_utf8(out.stdout).unwrap(),
         stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// `PATH` with the binary under test first, as a user who installed it has: its printed fixes
+/// name it `sanpolicy`, and a fix run by a shell finds it.
+pub fn path_with_sanpolicy() -> std::ffi::OsString {
+    let bin = Path::new(env!("CARGO_BIN_EXE_sanpolicy")).parent().expect("the binary's directory").to_path_buf();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&rest))).expect("a PATH")
+}
+
+/// Run a printed fix literally, as a shell in `cwd` runs the line copied from the output, with
+/// the binary under test on `PATH`.
+pub fn follow_line(cwd: &Path, line: &str) -> Run {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(line)
+        .current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .env("PATH", path_with_sanpolicy())
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
 

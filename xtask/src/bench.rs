@@ -18,22 +18,29 @@ pub struct Options {
     pub cost: bool,
     /// With `--cost`: the PREEMPT_RT configuration too.
     pub preempt_rt: bool,
+    /// Only the scaling criterion (synthetic trees, no kernel tree).
+    pub units_only: bool,
 }
 
-pub const USAGE: &str = "usage: cargo xtask bench [--tree DIR] [--runs N] [--no-hook] [--cost [--preempt-rt]]
+pub const USAGE: &str =
+    "usage: cargo xtask bench [--tree DIR] [--runs N] [--no-hook] [--cost [--preempt-rt]] [--units-only]
 
 Times import, gen-makefiles --check and the pre-commit hook against ripgrep in the same run
 and prints medians and ratios. With --cost, also boots the KASAN + lockdep kernel with and
 without lockdep's KASAN exemption under QEMU (`sanpolicy cost`, 8 interleaved boots each) and
 requires the exempt build's guest sys time to be lower with a 95% interval below 1; with
---preempt-rt, for the real-time configuration too.
+--preempt-rt, for the real-time configuration too. Always (alone with --units-only): check,
+sync --check, explain and gen-makefiles --check on one directory of 100,000 units against
+10,000 (synthetic trees under target/bench), each within 12x (medians of up to 3 runs).
 
 Examples:
   cargo xtask bench --runs 21
-  cargo xtask bench --runs 5 --no-hook --cost --preempt-rt";
+  cargo xtask bench --runs 5 --no-hook --cost --preempt-rt
+  cargo xtask bench --units-only";
 
 pub fn parse(args: &[String]) -> Result<Options, String> {
-    let mut options = Options { tree: None, runs: 11, no_hook: false, cost: false, preempt_rt: false };
+    let mut options =
+        Options { tree: None, runs: 11, no_hook: false, cost: false, preempt_rt: false, units_only: false };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -45,13 +52,14 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
             "--no-hook" => options.no_hook = true,
             "--cost" => options.cost = true,
             "--preempt-rt" => options.preempt_rt = true,
+            "--units-only" => options.units_only = true,
             other => return Err(format!("unexpected argument `{other}`\n\n{USAGE}")),
         }
     }
     Ok(options)
 }
 
-fn run(cmd: &mut Command) -> Result<(), String> {
+pub(crate) fn run(cmd: &mut Command) -> Result<(), String> {
     let status = cmd.status().map_err(|e| format!("{cmd:?}: {e}"))?;
     status.success().then_some(()).ok_or_else(|| format!("{cmd:?} failed with {status}"))
 }
@@ -105,7 +113,7 @@ fn rg_command(tree: &Path) -> Command {
     cmd
 }
 
-fn time(cmd: &mut Command) -> Result<Duration, String> {
+pub(crate) fn time(cmd: &mut Command) -> Result<Duration, String> {
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let start = Instant::now();
     let status = cmd.status().map_err(|e| format!("{cmd:?}: {e}"))?;
@@ -130,7 +138,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 /// A criterion of issue 10: `ratio` (a median over a median of the same run) must not exceed
 /// `limit`.
 struct Criterion {
-    what: &'static str,
+    what: std::borrow::Cow<'static, str>,
     ratio: f64,
     limit: f64,
 }
@@ -145,6 +153,17 @@ pub fn bench(repo: &Path, options: Options) -> Result<(), String> {
     run(Command::new(env!("CARGO")).args(["build", "--release", "--quiet", "--bin", "sanpolicy"]).current_dir(repo))?;
     let bin = repo.join("target/release/sanpolicy");
     let work = repo.join("target/bench");
+    let units = |criteria: &mut Vec<Criterion>| -> Result<(), String> {
+        for (what, ratio) in super::units::criteria(repo, &work, &bin, options.runs.min(3))? {
+            criteria.push(Criterion { what: what.into(), ratio, limit: super::units::LIMIT });
+        }
+        Ok(())
+    };
+    if options.units_only {
+        let mut criteria = Vec::new();
+        units(&mut criteria)?;
+        return report(&criteria);
+    }
     let tree = match options.tree {
         Some(t) => t,
         None => extracted(&work, "6.12")?,
@@ -171,10 +190,10 @@ pub fn bench(repo: &Path, options: Options) -> Result<(), String> {
     // Import took 0.66x rg before issue 10 (each file read once, memchr for the directive
     // names, on every core): hardening the reads must not make it slower than that.
     let mut criteria = vec![
-        Criterion { what: "import / rg", ratio: ms(import) / ms(rg), limit: 0.66 },
+        Criterion { what: "import / rg".into(), ratio: ms(import) / ms(rg), limit: 0.66 },
         // In place, --check sweeps every kbuild file (a hand-added line anywhere is drift): it
         // reads what import reads, so it must not take longer.
-        Criterion { what: "gen-makefiles --check / import", ratio: ms(check) / ms(import), limit: 1.0 },
+        Criterion { what: "gen-makefiles --check / import".into(), ratio: ms(check) / ms(import), limit: 1.0 },
     ];
     if !options.no_hook {
         criteria.push(hook(&bin, &tree, &work, options.runs)?);
@@ -185,8 +204,14 @@ pub fn bench(repo: &Path, options: Options) -> Result<(), String> {
             criteria.push(cost(&bin, &tree, &["--preempt-rt"])?);
         }
     }
+    units(&mut criteria)?;
+    report(&criteria)
+}
+
+/// Every criterion with its verdict; an error when one fails.
+fn report(criteria: &[Criterion]) -> Result<(), String> {
     println!();
-    for c in &criteria {
+    for c in criteria {
         println!("{:<40} {:>5.2}  (limit {:.2})  {}", c.what, c.ratio, c.limit, if c.holds() { "ok" } else { "FAILS" });
     }
     match criteria.iter().filter(|c| !c.holds()).count() {
@@ -302,7 +327,7 @@ fn hook(bin: &Path, tree: &Path, work: &Path, runs: usize) -> Result<Criterion, 
         return Err(format!("the bench's policy edit did not apply: no `{}` in the policy", POLICY_EDIT.0));
     }
     time_staged(bin, &repo, runs, "policy edit + regenerated:", &[("sanitizer-policy.toml", edited)], true)?;
-    Ok(Criterion { what: "pre-commit hook / git diff --cached", ratio: typical, limit: 1.5 })
+    Ok(Criterion { what: "pre-commit hook / git diff --cached".into(), ratio: typical, limit: 1.5 })
 }
 
 /// `sanpolicy cost kernel/locking/lockdep.o --mechanism kasan --runs 8`: the criterion is the
@@ -333,5 +358,5 @@ fn cost(bin: &Path, tree: &Path, extra: &[&str]) -> Result<Criterion, String> {
     );
     let what =
         if extra.is_empty() { "lockdep KASAN exemption: sys interval top" } else { "... PREEMPT_RT: sys interval top" };
-    Ok(Criterion { what, ratio: f("sys", "high"), limit: 0.999 })
+    Ok(Criterion { what: what.into(), ratio: f("sys", "high"), limit: 0.999 })
 }

@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::emit::inplace::{canonical_when, existing_key, unit_key, LineKey};
+use crate::emit::inplace::{canonical_when, line_key, unit_key, LineKey};
 use crate::kbuild::Rules;
 use crate::makefile::{Assignment, KbuildFile};
 use crate::mechanism::{Form, MechId, Setting};
@@ -82,14 +82,14 @@ pub fn unheld(text: &str, file: &KbuildFile, units: &[&Unit], rules: &Rules) -> 
     }
     let fitting: HashSet<usize> = file
         .directives()
-        .filter(|(i, d)| existing_key(file, &file.assignments[*i], d, rules).is_some())
+        .filter(|(i, d)| line_key(file, &file.assignments[*i], d, rules).is_some())
         .map(|(i, _)| i)
         .filter(|i| fits(&file.assignments[*i]).is_ok())
         .collect();
     let mut out = Vec::new();
     for (i, d) in file.directives() {
         let a = &file.assignments[i];
-        let Some((key, value)) = existing_key(file, a, d, rules) else { continue };
+        let Some((key, value)) = line_key(file, a, d, rules) else { continue };
         // A `:=` line of the section replaces the directory's value; a flag line's `+=` only
         // adds to it, so a flag line is held only by a line for the same variable.
         let replaces = matches!(d.mech.get().form, Form::Variable { .. });
