@@ -140,7 +140,8 @@ fn edit_finding(
             // conditions: a hand-added `ifdef CONFIG_FOO` line for an object the policy sets
             // unconditionally is the tree's.
             let symbols = before.map(|b| line_symbols(b, *line)).unwrap_or_default();
-            let was = mech.is_some_and(|m| base.had(&path, m, &symbols)) && base.known;
+            let decides = before.and_then(|b| line_decides(b, *line));
+            let was = mech.is_some_and(|m| base.had(&path, m, &symbols, decides)) && base.known;
             let hint = if was {
                 hint!["the policy dropped this unit: run ", Fix::GenMakefiles, " to remove the line"]
             } else {
@@ -196,6 +197,19 @@ fn block_value<'f>(parsed: &'f crate::makefile::KbuildFile, name: &str) -> Optio
 fn line_symbols(file: &crate::makefile::KbuildFile, line: usize) -> Vec<String> {
     let Some(a) = file.assignments.iter().find(|a| a.line == line) else { return Vec::new() };
     a.frames.iter().flat_map(|f| crate::makefile::config_symbols(&f.condition.text)).collect()
+}
+
+/// The state the line at `line` gives on its own when make reads only it (the variable's last
+/// line, plain and unconditional, set to `y` or `n`): what the memory records if the last
+/// generation wrote it ([`Base::had`]).
+fn line_decides(file: &crate::makefile::KbuildFile, line: usize) -> Option<&'static str> {
+    let a = file.assignments.iter().find(|a| a.line == line)?;
+    let last = file.last_setter(&a.name).is_some_and(|l| l.line == line);
+    match a.value.trim() {
+        "y" if last && a.is_plain() => Some("on"),
+        "n" if last && a.is_plain() => Some("off"),
+        _ => None,
+    }
 }
 
 /// Whether the tree at `file` can have lost `text`: where the file is tracked by git, some

@@ -119,26 +119,24 @@ fn policy_side(policy: &Policy) -> BTreeMap<Key, (Said, usize)> {
 }
 
 /// Whether the last generation had this key (any spelling of `$(VAR)` names).
-fn in_base(base: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>) -> bool {
+fn in_base(base: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>, decides: Option<&str>) -> bool {
     let path = unit_path(&key.0, key.1.as_deref());
     // By the line's whole identity: a line a merge wrapped in a condition the memory's state
     // never names is the tree's, not the last generation's.
     let symbols: Vec<String> = key.2.iter().flat_map(CondKey::symbols).collect();
-    expand_variants(&path, vars).iter().any(|p| base.had(p, key.3, &symbols)) || base.had(&path, key.3, &symbols)
+    expand_variants(&path, vars).iter().any(|p| base.had(p, key.3, &symbols, decides))
+        || base.had(&path, key.3, &symbols, decides)
 }
 
-/// Whether an unconditional tree line says another state than the last generation recorded
-/// for its object and mechanism: the tree moved there too (a merge set the value anew), so the
-/// line is the tree's to give, whatever the policy did since.
-fn said_otherwise(base: &Base, key: &Key, said: &Said) -> bool {
-    let path = unit_path(&key.0, key.1.as_deref());
-    let says = match said.setting {
+/// The state an unconditional tree line gives on its own when it is its object's only line
+/// make reads for the mechanism (earlier lines it overrides are not in `tree`): what the memory
+/// records if the last generation wrote it ([`Base::had`]).
+fn decides<V>(key: &Key, said: &Said, tree: &BTreeMap<Key, V>) -> Option<&'static str> {
+    let alone = !tree.keys().any(|k| k != key && (&k.0, &k.1, k.3) == (&key.0, &key.1, key.3));
+    (key.2.is_empty() && said.flags.is_none() && alone).then_some(match said.setting {
         Setting::Skip => "off",
         Setting::Force => "on",
-    };
-    key.2.is_empty()
-        && said.flags.is_none()
-        && base.state(&path, key.3).is_some_and(|s| matches!(s, "on" | "off") && s != says)
+    })
 }
 
 /// Whether the policy's state for the key's object and mechanism differs from the last
@@ -205,9 +203,8 @@ pub fn sync(
             // The tree has a line the policy lacks: new to the tree, unless the policy dropped it
             // since the last generation (then `gen-makefiles` is what moves the tree).
             None if !base.known
-                || !in_base(base, key, &units[*t].vars)
-                || !policy_moved(base, now, key, &units[*t].vars)
-                || said_otherwise(base, key, said) =>
+                || !in_base(base, key, &units[*t].vars, decides(key, said, &tree))
+                || !policy_moved(base, now, key, &units[*t].vars) =>
             {
                 add.push((key.clone(), said.clone(), *t))
             }
@@ -239,7 +236,7 @@ pub fn sync(
         }
         // The last generation wrote it and the tree lost it, if the tree's history ever had it:
         // a snapshot copied with its policy from another tree claims lines this one never had.
-        if in_base(base, key, &policy.units[*u].vars) && base.known && history(key) {
+        if in_base(base, key, &policy.units[*u].vars, None) && base.known && history(key) {
             drop.push((key.clone(), *u));
         } else {
             refuse(

@@ -517,5 +517,49 @@ pub fn unstaged(repo: &Path, paths: &[String]) -> Result<Vec<String>, String> {
     let mut args = vec!["diff", "--name-only", "-z", "--"];
     args.extend(paths.iter().map(String::as_str));
     let out = git(repo, &args)?;
-    Ok(out.split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+    let mut found: Vec<String> =
+        out.split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+    for p in stashed_by_pre_commit(paths) {
+        if !found.contains(&p) {
+            found.push(p);
+        }
+    }
+    Ok(found)
+}
+
+/// The largest stash patch of the pre-commit framework the hook reads.
+const STASH_LIMIT: u64 = 64 << 20;
+
+/// Which of `paths` the pre-commit framework set aside before running the hook: it stashes
+/// unstaged changes as a patch in its store (`patch<time>-<its pid>`) and restores them after,
+/// so the hook sees a working tree equal to the index, while the fix the user runs afterwards
+/// sees those changes. Only the patch's `diff --git` header lines are read, never printed.
+fn stashed_by_pre_commit(paths: &[String]) -> Vec<String> {
+    if std::env::var_os("PRE_COMMIT").is_none_or(|v| v != "1") {
+        return Vec::new();
+    }
+    let store =
+        match (std::env::var_os("PRE_COMMIT_HOME"), std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")) {
+            (Some(home), _, _) => PathBuf::from(home),
+            (None, Some(cache), _) => PathBuf::from(cache).join("pre-commit"),
+            (None, None, Some(home)) => PathBuf::from(home).join(".cache/pre-commit"),
+            _ => return Vec::new(),
+        };
+    let suffix = format!("-{}", std::os::unix::process::parent_id());
+    let Ok(entries) = std::fs::read_dir(&store) else { return Vec::new() };
+    let mut headers = BTreeSet::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("patch") && name.ends_with(&suffix) && entry.file_type().is_ok_and(|t| t.is_file())) {
+            continue;
+        }
+        // Bounded: a patch too large to read is not looked into (the fixes are then printed
+        // as without the framework).
+        let Ok(bytes) = crate::input::read(&entry.path(), STASH_LIMIT) else { continue };
+        for line in bytes.split(|b| *b == b'\n').filter(|l| l.starts_with(b"diff --git ")) {
+            headers.insert(String::from_utf8_lossy(line).into_owned());
+        }
+    }
+    paths.iter().filter(|p| headers.contains(&format!("diff --git a/{p} b/{p}"))).cloned().collect()
 }
