@@ -11,6 +11,7 @@ use crate::hint;
 use crate::emit::inplace::{existing_key, Edit};
 use crate::generate::snapshot::Base;
 use crate::generate::Plan;
+use crate::kbuild::configs::State;
 use crate::kbuild::Rules;
 use crate::mechanism::MechId;
 use crate::output::Change;
@@ -139,8 +140,9 @@ fn edit_finding(
             // The line is the last generation's only if the memory had it under the same
             // conditions: a hand-added `ifdef CONFIG_FOO` line for an object the policy sets
             // unconditionally is the tree's.
-            let symbols = before.map(|b| line_symbols(b, *line)).unwrap_or_default();
-            let decides = before.and_then(|b| line_decides(b, *line));
+            let at = before.and_then(|b| b.assignments.iter().find(|a| a.line == *line).map(|a| (b, a)));
+            let symbols = at.map(|(_, a)| line_symbols(a)).unwrap_or_default();
+            let decides = at.and_then(|(b, a)| line_decides(b, a));
             let was = mech.is_some_and(|m| base.had(&path, m, &symbols, decides)) && base.known;
             let hint = if was {
                 hint!["the policy dropped this unit: run ", Fix::GenMakefiles, " to remove the line"]
@@ -193,21 +195,19 @@ fn block_value<'f>(parsed: &'f crate::makefile::KbuildFile, name: &str) -> Optio
     parsed.assignments.iter().rev().find(|a| a.in_block && a.name == name).map(|a| a.value.trim())
 }
 
-/// The Kconfig symbols the conditionals around the assignment at `line` name.
-fn line_symbols(file: &crate::makefile::KbuildFile, line: usize) -> Vec<String> {
-    let Some(a) = file.assignments.iter().find(|a| a.line == line) else { return Vec::new() };
+/// The Kconfig symbols the conditionals around `a` name.
+fn line_symbols(a: &crate::makefile::Assignment) -> Vec<String> {
     a.frames.iter().flat_map(|f| crate::makefile::config_symbols(&f.condition.text)).collect()
 }
 
-/// The state the line at `line` gives on its own when make reads only it (the variable's last
-/// line, plain and unconditional, set to `y` or `n`): what the memory records if the last
-/// generation wrote it ([`Base::had`]).
-fn line_decides(file: &crate::makefile::KbuildFile, line: usize) -> Option<&'static str> {
-    let a = file.assignments.iter().find(|a| a.line == line)?;
-    let last = file.last_setter(&a.name).is_some_and(|l| l.line == line);
+/// The state `a` gives on its own when make reads only it (the variable's last line, plain and
+/// unconditional, set to `y` or `n`): what the memory records if the last generation wrote it
+/// ([`Base::had`]).
+fn line_decides(file: &crate::makefile::KbuildFile, a: &crate::makefile::Assignment) -> Option<State> {
+    let last = file.last_setter(&a.name).is_some_and(|l| l.line == a.line);
     match a.value.trim() {
-        "y" if last && a.is_plain() => Some("on"),
-        "n" if last && a.is_plain() => Some("off"),
+        "y" if last && a.is_plain() => Some(State::On),
+        "n" if last && a.is_plain() => Some(State::Off),
         _ => None,
     }
 }
@@ -257,6 +257,7 @@ fn outside_lines(plan: &Plan, rules: &Rules, (base, now): (&Base, &Base), diags:
         let (before, parsed) = (read.text.as_str(), read.parsed());
         let lines = LineIndex::new(before);
         let inside = parsed.block_names();
+        let planned_inside = planned.file.parsed().block_names();
         let moved = crate::generate::moved_lines(parsed);
         for (i, d) in parsed.directives() {
             let a = &parsed.assignments[i];
@@ -302,8 +303,9 @@ fn outside_lines(plan: &Plan, rules: &Rules, (base, now): (&Base, &Base), diags:
             } else if inside.contains(a.name.as_str()) {
                 diags.push((conflict(parsed, a, loc, (&path, d.mech), (base, now)), false));
             } else {
-                let known =
-                    (base.has(&path, d.mech) && base.known) || block_value(planned.file.parsed(), &a.name).is_some();
+                // The policy may hold it already (sync took it since the last generation).
+                let held = planned_inside.contains(a.name.as_str());
+                let known = (base.has(&path, d.mech) && base.known) || held;
                 let hint = if known {
                     hint!["run ", Fix::GenMakefiles, " to move it into the generated block"]
                 } else {
@@ -317,8 +319,6 @@ fn outside_lines(plan: &Plan, rules: &Rules, (base, now): (&Base, &Base), diags:
                 };
                 // Writing the block leaves this line alone: nothing is lost, so it never blocks a write.
                 let text = before[a.bytes.clone()].trim_end().to_string();
-                // The policy may hold it already (sync took it since the last generation).
-                let held = block_value(planned.file.parsed(), &a.name).is_some();
                 let message = if held {
                     format!("`{text}` is outside the generated block, which the policy now writes it into")
                 } else {

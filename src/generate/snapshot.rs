@@ -497,19 +497,17 @@ impl Base {
     /// a state with the symbols it depends on (`on iff not CONFIG_X`): a line under a symbol
     /// the recorded state never names was not the last generation's.
     ///
-    /// `decides` is the state a line gives on its own (`on`, `off`) when make reads only it
+    /// `decides` is the state a line gives on its own (on or off) when make reads only it
     /// (the variable's last line, plain and unconditional): had the last generation written
     /// it, the memory would record just that state, so another state (a conditional one, made
     /// by an `ifdef`/`else` pair, or the opposite value) means the tree set the line since.
-    pub fn had(&self, path: &str, mech: MechId, symbols: &[String], decides: Option<&str>) -> bool {
+    pub fn had(&self, path: &str, mech: MechId, symbols: &[String], decides: Option<State>) -> bool {
         if !self.has(path, mech) {
             return false;
         }
         let Some(state) = self.state(path, mech) else { return symbols.is_empty() };
-        if let Some(says) = decides {
-            if state.contains("CONFIG_") || state.split_whitespace().next() != Some(says) {
-                return false;
-            }
+        if decides.is_some_and(|says| state != says.label()) {
+            return false;
         }
         let words: BTreeSet<&str> = state.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).collect();
         symbols.iter().all(|s| words.contains(s.as_str()))

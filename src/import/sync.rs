@@ -21,6 +21,7 @@ use super::scan::Scan;
 use super::ImportedUnit;
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
 use crate::generate::snapshot::Base;
+use crate::kbuild::configs::State;
 use crate::makefile::{when_keys, CondKey};
 use crate::mechanism::{Form, MechId};
 use crate::policy::{expand_variants, Policy, Setting};
@@ -119,23 +120,23 @@ fn policy_side(policy: &Policy) -> BTreeMap<Key, (Said, usize)> {
 }
 
 /// Whether the last generation had this key (any spelling of `$(VAR)` names).
-fn in_base(base: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>, decides: Option<&str>) -> bool {
+fn in_base(base: &Base, key: &Key, vars: &BTreeMap<String, Vec<String>>, decides: Option<State>) -> bool {
     let path = unit_path(&key.0, key.1.as_deref());
     // By the line's whole identity: a line a merge wrapped in a condition the memory's state
     // never names is the tree's, not the last generation's.
     let symbols: Vec<String> = key.2.iter().flat_map(CondKey::symbols).collect();
-    expand_variants(&path, vars).iter().any(|p| base.had(p, key.3, &symbols, decides))
+    expand_variants(&path, vars).iter().any(|p| base.had(p, key.3, &symbols, decides.clone()))
         || base.had(&path, key.3, &symbols, decides)
 }
 
 /// The state an unconditional tree line gives on its own when it is its object's only line
 /// make reads for the mechanism (earlier lines it overrides are not in `tree`): what the memory
 /// records if the last generation wrote it ([`Base::had`]).
-fn decides<V>(key: &Key, said: &Said, tree: &BTreeMap<Key, V>) -> Option<&'static str> {
+fn decides<V>(key: &Key, said: &Said, tree: &BTreeMap<Key, V>) -> Option<State> {
     let alone = !tree.keys().any(|k| k != key && (&k.0, &k.1, k.3) == (&key.0, &key.1, key.3));
     (key.2.is_empty() && said.flags.is_none() && alone).then_some(match said.setting {
-        Setting::Skip => "off",
-        Setting::Force => "on",
+        Setting::Skip => State::Off,
+        Setting::Force => State::On,
     })
 }
 
