@@ -179,7 +179,8 @@ fn bad_arguments_are_refused_before_anything_is_built() {
 #[test]
 fn the_workload_builds_static_and_is_packed_as_init() {
     let build = tempfile::tempdir().unwrap();
-    let cpio = sanpolicy::runtime::initramfs(build.path()).unwrap_or_else(|f| panic!("{}\n{}", f.message, f.hint));
+    let cpio = sanpolicy::runtime::initramfs(build.path())
+        .unwrap_or_else(|f| panic!("{}\n{}", f.message, f.hint.render(&Default::default())));
     let bytes = fs::read(&cpio).unwrap();
     assert!(bytes.starts_with(b"070701"));
     assert!(bytes.windows(12).any(|w| w == b"dev/console\0"));

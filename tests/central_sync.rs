@@ -24,7 +24,11 @@ const MAKEFILE: &str = "obj-y := a.o b.o\n\n# A reason.\nKASAN_SANITIZE_a.o := n
 fn adopt_central(makefile: &str) -> tempfile::TempDir {
     let t = tree(makefile);
     ok(t.path(), &["import", "--adopt", "--layout", "central"]);
-    assert!(read(t.path(), CENTRAL).contains("ifeq ($(obj),lib)\n# A reason.\nKASAN_SANITIZE_a.o := n\nendif\n"));
+    let central = read(t.path(), CENTRAL);
+    assert!(
+        makefile != MAKEFILE || central.contains("ifeq ($(obj),lib)\n# A reason.\nKASAN_SANITIZE_a.o := n\nendif\n")
+    );
+    assert!(central.contains("ifeq ($(obj),lib)\n"), "{central}");
     assert_eq!(read(t.path(), "lib/Makefile"), makefile, "central adoption touches no subsystem Makefile");
     all_green(t.path(), "adopted");
     t
@@ -181,4 +185,70 @@ fn the_hook_judges_the_central_layout_as_ci_does() {
     edit(p, CENTRAL, "KCOV_INSTRUMENT_a.o := n\n", "");
     git(p, &["add", "-A"]);
     hook("a hand-edited central file", 1);
+}
+
+const PAIR: &str = "obj-y := a.o b.o\n\n# A pair.\nifdef CONFIG_SP_PAIR\nKASAN_SANITIZE_a.o := n\nelse\nKASAN_SANITIZE_a.o := y\nendif\n";
+
+/// A unit that changed no state (the `else` branch's `:= y`, Kbuild's default) is renamed away
+/// in the policy: the memory records the line, and resetting it changes no state, so it is the
+/// policy's drop, not a merge's line: `gen-makefiles` writes the reset, all is green, and
+/// `sync` has nothing to take back. A line a merge brings under the opposite condition that
+/// changes the state (`ifndef … := n`) is the tree's: `gen-makefiles` refuses to reset it.
+#[test]
+fn dropping_a_unit_that_changed_no_state_is_the_policys_move() {
+    fn policy_with_the_else_unit_renamed(p: &std::path::Path) {
+        let policy = read(p, "sanitizer-policy.toml");
+        let at = policy.rfind("path = \"lib/a.o\"").expect("the else branch's unit");
+        let renamed = format!("{}path = \"lib/b.o\"{}", &policy[..at], &policy[at + "path = \"lib/a.o\"".len()..]);
+        fs::write(p.join("sanitizer-policy.toml"), renamed).unwrap();
+    }
+    let t = adopt_central(PAIR);
+    let p = t.path();
+    assert_eq!(read(p, "sanitizer-policy.toml").matches("path = \"lib/a.o\"").count(), 2, "one unit per branch");
+    policy_with_the_else_unit_renamed(p);
+    let check = run_in(p, &["check"]);
+    assert_eq!(check.code, 1, "{}", check.both());
+    assert!(!check.stderr.contains("unmanaged-directive"), "{}", check.both());
+    ok(p, &["gen-makefiles"]);
+    assert!(read(p, CENTRAL).contains("ifndef CONFIG_SP_PAIR\nKASAN_SANITIZE_a.o :=\nendif\n"), "{}", read(p, CENTRAL));
+    all_green(p, "renamed");
+    let sync = ok(p, &["sync"]);
+    assert!(sync.stderr.contains("nothing to take back"), "{}", sync.both());
+
+    // A merge brings the opposite branch with a value that changes the state: the tree's line.
+    let one = "obj-y := a.o b.o\n\n# One.\nifdef CONFIG_SP_PAIR\nKASAN_SANITIZE_a.o := n\nendif\n";
+    let t = adopt_central(one);
+    let p = t.path();
+    fs::write(
+        p.join("lib/Makefile"),
+        format!("{one}\n# Merged.\nifndef CONFIG_SP_PAIR\nKASAN_SANITIZE_a.o := n\nendif\n"),
+    )
+    .unwrap();
+    let gen = run_in(p, &["gen-makefiles"]);
+    assert_eq!(gen.code, 2, "{}", gen.both());
+    assert!(gen.stderr.contains("unmanaged-directive") && gen.stderr.contains("sanpolicy sync"), "{}", gen.both());
+}
+
+/// A directory line a later line of the same file overrides is dead: make never reads it, so
+/// it is neither the policy's to hold nor `sync`'s to take (sync names it `set-twice` and leaves
+/// it). `sync --check` and `check` agree with sync: no `unmanaged-directive`, no `sync` to run.
+#[test]
+fn a_dead_directory_line_is_not_unmanaged_in_the_central_layout() {
+    let t = adopt_central(MAKEFILE);
+    let p = t.path();
+    let merged = MAKEFILE.replace(
+        "KASAN_SANITIZE_a.o := n\n",
+        "ifdef CONFIG_SP_MERGED\nKASAN_SANITIZE_a.o := y\nendif\n\n# Again.\nKASAN_SANITIZE_a.o := n\n",
+    );
+    fs::write(p.join("lib/Makefile"), &merged).unwrap();
+    let sync = ok(p, &["sync"]);
+    assert!(sync.stderr.contains("set-twice") && sync.stderr.contains("nothing to take back"), "{}", sync.both());
+    for args in [&["sync", "--check"][..], &["check"][..]] {
+        let run = run_in(p, args);
+        assert!(
+            !run.stderr.contains("unmanaged-directive") && !run.stderr.contains("sanpolicy sync"),
+            "{args:?}: {}",
+            run.both()
+        );
+    }
 }

@@ -532,3 +532,40 @@ fn import_and_explain_json_carry_a_schema_and_the_judges_drift() {
     let both = run_in(p, &["import", "--out", "-", "--format", "json"]);
     assert_eq!(both.code, 2, "{}", both.both());
 }
+
+/// A `sync` that would write nothing is no fix. The tree flips the value of a unit that lives in
+/// an included policy file, which sync does not edit: every command that would have printed
+/// `sync` (check, both `--check`s, gen-makefiles' refusal, the hook) prints no `sync`, says why
+/// in a note, and leaves the decision to a person (exit 1: drift, not bad input); only sync
+/// itself, asked to write, refuses (exit 2), the policy byte-identical.
+#[test]
+fn a_sync_that_would_write_nothing_is_never_printed() {
+    let t = committed("in-place", MAKEFILE);
+    let p = t.path();
+    fs::write(p.join("more.toml"), "[[unit]]\npath = \"lib/a.o\"\nskip = [\"kasan\"]\nwhy = \"A reason.\"\n").unwrap();
+    let main = read(p, POLICY).replace("[[unit]]\npath = \"lib/a.o\"\nskip = [\"kasan\"]\nwhy = \"A reason.\"\n", "");
+    fs::write(p.join(POLICY), format!("include = [\"more.toml\"]\n{main}")).unwrap();
+    all_green(p, "the unit moved into an include");
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-q", "-m", "include"]);
+    edit(p, "lib/Makefile", "KASAN_SANITIZE_a.o := n", "KASAN_SANITIZE_a.o := y");
+    git(p, &["add", "lib/Makefile"]);
+    for args in
+        [&["check"][..], &["gen-makefiles", "--check"], &["sync", "--check"], &["gen-makefiles"], &["pre-commit"]]
+    {
+        let run = run_in(p, args);
+        let expected = if args == ["gen-makefiles"] { 2 } else { 1 };
+        assert_eq!(run.code, expected, "{args:?}: {}", run.both());
+        assert!(!run.stderr.contains("sanpolicy sync"), "{args:?} prints a sync that is refused: {}", run.both());
+        assert!(
+            run.stderr.contains("`sync` would write nothing: `lib/a.o` lives in an included file"),
+            "{args:?}: {}",
+            run.both()
+        );
+        assert!(run.stderr.contains("need a person to decide"), "{args:?}: {}", run.both());
+    }
+    let before = read(p, POLICY);
+    let sync = run_in(p, &["sync"]);
+    assert_eq!(sync.code, 2, "{}", sync.both());
+    assert_eq!(read(p, POLICY), before);
+}

@@ -57,7 +57,7 @@ fn classified(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base) -> Vec<(
         Layout::InPlace => {}
         Layout::Block => outside_lines(plan, rules, (base, &now), &mut diags),
         Layout::Central => {
-            for v in central_verdicts(plan, base, &now) {
+            for v in central_verdicts(plan, rules, base, &now) {
                 match v {
                     Verdict::InSync => {}
                     Verdict::Finding(d, moved) => diags.push((d, moved)),
@@ -375,7 +375,7 @@ fn conflict(
                 Fix::GenMakefiles,
                 " moves it into the block"
             ])
-            .fixed_by(Fix::Sync),
+            .fixed_by_then(Fix::Sync, Fix::GenMakefiles),
         (true, false, _) => d.hint(
             "make never reads this line: the generated block sets the variable again after it; delete it, or move the change into the policy",
         ),
@@ -412,7 +412,7 @@ enum Verdict {
 /// the reset. Before that, which side moved decides: the policy dropped (or flipped) the unit
 /// since the last generation (`gen-makefiles` writes the reset), or the line is new to the
 /// tree (a merge: `sync` takes it in; writing would reset it, so `gen-makefiles` refuses).
-fn central_verdicts(plan: &Plan, base: &Base, now: &Base) -> Vec<Verdict> {
+fn central_verdicts(plan: &Plan, rules: &Rules, base: &Base, now: &Base) -> Vec<Verdict> {
     // Each reset on disk covers one line it was written for: a second line for the same
     // variable (upstream re-adds one the policy dropped) is new to the tree, not in sync.
     let mut written = written_resets(plan);
@@ -424,14 +424,25 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base) -> Vec<Verdict> {
             continue;
         };
         let lines = LineIndex::new(before);
+        // Parsed once, where a line needs it.
+        let parsed = std::cell::OnceCell::new();
         for u in unheld {
             let loc = lines.line(&file.path, before, u.line);
             let path = path_of(dir, u.object.as_deref());
             let mech = u.mech;
-            // The policy moved: the last generation had the unit, and it is gone or says otherwise now.
+            // The policy moved: the last generation had the unit, and it is gone or says otherwise
+            // now; or it dropped a unit that changed nothing (an `else` branch's `:= y`), whose
+            // line the memory records, and resetting the line changes nothing either.
             let policy_moved = base.known
                 && base.has(&path, mech)
-                && (!now.has(&path, mech) || base.state(&path, mech) != now.state(&path, mech));
+                && (!now.has(&path, mech)
+                    || base.state(&path, mech) != now.state(&path, mech)
+                    || dropped_no_op(
+                        (before, parsed.get_or_init(|| crate::makefile::parse(before))),
+                        (u, &path),
+                        rules,
+                        base,
+                    ));
             let unmanaged = |hint: crate::diagnostic::Hint| {
                 Diagnostic::error(
                     Code::UnmanagedDirective,
@@ -442,6 +453,15 @@ fn central_verdicts(plan: &Plan, base: &Base, now: &Base) -> Vec<Verdict> {
                 .fixed_by(Fix::Sync)
             };
             let take_it = hint!["run ", Fix::Sync, " to take it into the policy (the central file then repeats it)"];
+            if u.dead {
+                // Never read (the set-twice warning says so): not the policy's, not sync's. A
+                // reset on disk written for it while it was live is its own, not a later line's.
+                if let Ok(r) = &u.reset {
+                    take_one(written.get_mut(dir.as_str()), &r.key());
+                }
+                out.push(Verdict::InSync);
+                continue;
+            }
             out.push(match &u.reset {
                 Ok(r) if take_one(written.get_mut(dir.as_str()), &r.key()) => Verdict::InSync,
                 Ok(_) if policy_moved => Verdict::Finding(
@@ -508,14 +528,40 @@ fn planned_snapshot(plan: &Plan) -> Base {
     plan.snapshot.as_ref().map(|s| s.as_now()).unwrap_or_default()
 }
 
+/// Whether `u` is a line of the last generation (the memory's state names its conditions'
+/// symbols) that says nothing the directory's file does not say without it: the policy dropped
+/// a unit that changed no state, and the reset `gen-makefiles` writes for it changes none
+/// either. A line a merge brought that changes the state is the tree's, for `sync`.
+fn dropped_no_op(
+    (before, file): (&str, &crate::makefile::KbuildFile),
+    (u, path): (&crate::emit::central::Unheld, &str),
+    rules: &Rules,
+    base: &Base,
+) -> bool {
+    let Some(object) = u.object.as_deref().filter(|o| !o.contains("$(")) else { return false };
+    let Some(a) = file.assignments.iter().find(|a| a.line == u.line) else { return false };
+    if !base.had(path, u.mech, &line_symbols(a), None) {
+        return false;
+    }
+    let mut without = before.to_string();
+    without.replace_range(a.bytes.clone(), &"\n".repeat(a.end_line + 1 - a.line));
+    // Compared as states (on, off, on iff …), not as how each configuration got there.
+    let state = |f: &crate::makefile::KbuildFile| {
+        let s = crate::kbuild::configs::state(f, rules, u.mech, object, true);
+        // Too many configurations to enumerate is no answer.
+        s.filter(|s| !matches!(s, State::Depends(rows) if rows.is_empty())).map(|s| s.label())
+    };
+    state(file).is_some_and(|s| Some(s) == state(&crate::makefile::parse(&without)))
+}
+
 /// Central layout: what the policy dropped that the central file cannot reset. Writing would
 /// leave the directory's line in force while the policy and its snapshot say otherwise, so
 /// `gen-makefiles` refuses it, `--force` or not.
-pub fn unwritable(policy: &Policy, plan: &Plan, base: &Base) -> Diagnostics {
+pub fn unwritable(policy: &Policy, plan: &Plan, rules: &Rules, base: &Base) -> Diagnostics {
     if policy.layout != Layout::Central {
         return Diagnostics::default();
     }
-    let verdicts = central_verdicts(plan, base, &planned_snapshot(plan));
+    let verdicts = central_verdicts(plan, rules, base, &planned_snapshot(plan));
     Diagnostics(
         verdicts
             .into_iter()

@@ -4,8 +4,9 @@ use clap::Args;
 
 use super::context::{display, inputs, judged, lock_tree, plan, write, CommonArgs, Sweeping, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
-use crate::check::judge::{judge, Mode};
+use crate::check::judge::{judge, Inputs as JudgeInputs, Mode, Verdict};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
+use crate::generate::Plan;
 use crate::output::Change;
 use crate::{import, policy};
 
@@ -45,57 +46,17 @@ pub fn run(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         ui.report(&plan.diags);
         return EXIT_BAD_INPUT;
     }
-    let now = plan.snapshot.as_ref().map(|s| s.as_now()).unwrap_or_default();
-    let main = inputs.policy.files.first().map(|(_, t)| t.clone()).unwrap_or_default();
-    // A hand-edited block is what sync takes back, so it is read; a file it cannot read at all
-    // (broken markers) would lose its units: refused.
-    let scan = import::scan_edited(&tree, &inputs.rules);
+    let sides =
+        import::Sides { policy: &inputs.policy, policy_path: &inputs.policy_path, rules: &inputs.rules, tree: &tree };
+    let history = |key: &import::sync::Key| lost_from_history(&tree, key);
+    let planned = import::plan_sync(sides, &plan, &history);
     // A line make never reads stays the tree's: said, never dropped in silence.
-    ui.report(&Diagnostics(scan.diags.iter().filter(|d| d.code == Code::SetTwice).cloned().collect()));
-    let mut refused = Diagnostics(scan.diags.iter().filter(|d| d.is_error()).cloned().collect());
-    let central = match central_units(&inputs.policy, &tree) {
-        Ok(c) => c,
-        Err(d) => {
-            refused.push(*d);
-            Default::default()
-        }
-    };
-    let synced = if refused.has_errors() {
-        None
-    } else {
-        let (units, reset) = &central;
-        let history = |key: &import::sync::Key| lost_from_history(&tree, key);
-        match import::sync::sync(&inputs.policy, &main, &scan, units, reset, &plan.base, &now, &history) {
-            Ok(s) => Some(s),
-            Err(diags) => {
-                refused.extend(diags);
-                None
-            }
-        }
-    };
-    // The new policy must still be a valid policy, and its snapshot is written to match.
-    let mut changes = Vec::new();
-    let mut synced_policy = None;
-    if let Some(synced) = &synced {
-        let (policy, diags) = policy::parse_str(&inputs.policy_path, &synced.text);
-        if diags.has_errors() {
-            ui.sources.insert(&inputs.policy_path, &synced.text);
-            refused.push(Diagnostic::error(Code::Internal, "the synced policy does not validate (a sanpolicy bug)"));
-            refused.extend(diags);
-        } else {
-            changes.push(Change {
-                path: inputs.policy_path.clone(),
-                display: display(&inputs.policy_path),
-                old: Some(main.clone()),
-                new: Some(synced.text.clone()),
-            });
-            // Where the policy is still ahead of the tree, the snapshot keeps the last
-            // generation's state: that part is not generated yet.
-            let kept = (&plan.base, synced.pending_keys.as_slice());
-            changes.push(crate::generate::synced_snapshot(&policy, &inputs.rules, &inputs.policy_path, &tree, kept));
-            synced_policy = Some(policy);
-        }
+    ui.report(&planned.unread);
+    if let (Some(synced), None) = (&planned.synced, &planned.policy) {
+        // The synced text that does not validate is what its findings point into.
+        ui.sources.insert(&inputs.policy_path, &synced.text);
     }
+    let import::SyncPlan { refused, synced, policy: synced_policy, changes, .. } = planned;
     let empty = Diagnostics::default();
     let pending = synced.as_ref().map_or(&empty, |s| &s.pending);
     let judged = judged(&inputs, None, ui);
@@ -146,7 +107,7 @@ fn check(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     let sweep = if inputs.policy.layout == policy::Layout::InPlace { Sweeping::Yes } else { Sweeping::No };
     let plan = plan(&inputs, None, defaults, false, sweep);
-    let verdict = judge(judged(&inputs, None, ui), &plan, Mode::Drift);
+    let verdict = judge_asking_sync(judged(&inputs, None, ui), &inputs.policy_path, &plan, Mode::Drift);
     let code = verdict.exit_code();
     if args.format == super::gen::GenFormat::Json {
         outln!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
@@ -227,48 +188,27 @@ fn report_synced(
     }
 }
 
-/// In the central layout, the units the tree's central file holds and the directory lines it
-/// resets (none when it is not there yet: nothing was generated); an error when its sections
-/// cannot be read.
-fn central_units(
-    policy: &policy::Policy,
-    tree: &std::path::Path,
-) -> Result<(Vec<import::ImportedUnit>, Vec<import::sync::Key>), Box<Diagnostic>> {
-    use crate::emit::central::CENTRAL_FILE;
-    if policy.layout != policy::Layout::Central {
-        return Ok(Default::default());
+/// The judge's verdict on `plan` for `mode`, sync's plan asked first where a finding's fix is
+/// `sync`: a sync that would write nothing is no fix, and the judge shows why instead (this only
+/// gathers the judge's input; every drift command renders what it returns).
+pub(super) fn judge_asking_sync(
+    judged: JudgeInputs,
+    policy_path: &std::path::Path,
+    plan: &Plan,
+    mode: Mode,
+) -> Verdict {
+    let verdict = judge(judged, plan, mode);
+    let Some(tree) = judged.tree else { return verdict };
+    if !verdict.diagnostics.iter().any(|d| d.fix == Some(crate::diagnostic::Fix::Sync)) {
+        return verdict;
     }
-    let path = tree.join(CENTRAL_FILE);
-    let text = match crate::input::read_to_string(&path, crate::input::KBUILD_LIMIT) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
-        Err(e) => {
-            return Err(Box::new(
-                Diagnostic::error(Code::Io, format!("cannot read `{CENTRAL_FILE}`: {e}"))
-                    .at(crate::diagnostic::Location::file(&path))
-                    .hint(crate::hint![
-                        format!("make it a readable regular file, or delete `{CENTRAL_FILE}` and run "),
-                        crate::diagnostic::Fix::GenMakefiles,
-                        " to write it anew from the policy"
-                    ]),
-            ))
-        }
-    };
-    let reset = import::central_resets(tree, &text);
-    import::central_units(tree, &text).map(|units| (units, reset)).ok_or_else(|| {
-        Box::new(
-            Diagnostic::error(
-                Code::BadMarker,
-                format!("`{CENTRAL_FILE}` is not a generated block of `ifeq ($(obj),DIR)` sections"),
-            )
-            .at(crate::diagnostic::Location::file(&path))
-            .hint(crate::hint![
-                format!("restore its markers and sections by hand, or delete `{CENTRAL_FILE}` and run "),
-                crate::diagnostic::Fix::GenMakefiles,
-                " to write it anew from the policy"
-            ]),
-        )
-    })
+    let sides = import::Sides { policy: judged.policy, policy_path, rules: judged.rules, tree };
+    let history = |key: &import::sync::Key| lost_from_history(tree, key);
+    let refused = import::plan_sync(sides, plan, &history).refused;
+    if !refused.has_errors() {
+        return verdict;
+    }
+    judge(JudgeInputs { sync_refused: Some(&refused), ..judged }, plan, mode)
 }
 
 /// Whether a kbuild file of the key's directory (or the central file) ever held the key's

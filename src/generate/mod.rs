@@ -464,7 +464,10 @@ fn plan_central(policy: &Policy, mut at: Site, rules: &Rules, force: bool, sweep
                 u.reset = Err(format!("the directory cannot be named in the central file: {problem}"));
             }
         }
-        let ok: Vec<_> = unheld.iter().filter_map(|u| u.reset.clone().ok().map(|r| (u.mech, r))).collect();
+        // A dead line is never reset: the section, read after the whole file, would cancel the
+        // later line that make reads.
+        let ok: Vec<_> =
+            unheld.iter().filter(|u| !u.dead).filter_map(|u| u.reset.clone().ok().map(|r| (u.mech, r))).collect();
         if !ok.is_empty() {
             resets.insert(dir.clone(), (display, ok));
         }
@@ -939,9 +942,40 @@ pub fn moved_lines(parsed: &makefile::KbuildFile) -> BTreeSet<usize> {
         });
         if plain && after.last().is_some_and(|last| last.value.trim() == value) {
             out.extend(after.iter().map(|a| a.line));
+        } else if let [a] = after[..] {
+            // One line under a condition of its own that the block's last line for the
+            // variable says, under that same condition (a merged line `sync` took): make reads
+            // the same with either.
+            let last = parsed.assignments.iter().filter(|b| b.in_block && b.name == name).max_by_key(|b| b.line);
+            if lone_conditional(parsed, a).is_some()
+                && last.is_some_and(|b| same_condition(a, b) && b.value.trim() == a.value.trim())
+            {
+                out.insert(a.line);
+            }
         }
     }
     out
+}
+
+/// Where `a` sits alone in an `if…`/`endif` of its own (no `else`, no other assignment in it,
+/// not nested), a plain assignment: the `if…` line and the `endif` line.
+pub fn lone_conditional(parsed: &makefile::KbuildFile, a: &makefile::Assignment) -> Option<(usize, usize)> {
+    let [frame] = &a.frames[..] else { return None };
+    let simple = !frame.in_else && !a.continued && a.modifiers.is_empty();
+    let simple = simple && matches!(a.op, makefile::Op::Simple | makefile::Op::Recursive);
+    let branch = parsed.branches.iter().find(|b| b.open_line == frame.line)?;
+    let has_else = parsed.branches.iter().any(|b| b.open_line == branch.close_line);
+    let alone =
+        parsed.assignments.iter().filter(|o| o.frames.first().is_some_and(|f| f.line == frame.line)).count() == 1;
+    (simple && !has_else && alone).then_some((frame.line, branch.close_line))
+}
+
+/// Whether `a` and `b` are each under one condition, the same one however spelled.
+fn same_condition(a: &makefile::Assignment, b: &makefile::Assignment) -> bool {
+    match (&a.frames[..], &b.frames[..]) {
+        ([x], [y]) => !x.in_else && !y.in_else && x.condition.canonical().text == y.condition.canonical().text,
+        _ => false,
+    }
 }
 
 /// Block layout: `new` without the hand-written lines the generated block now says exactly
@@ -954,12 +988,14 @@ fn moved_into_block(new: &str) -> String {
     let mut drop = vec![false; lines.len()];
     let moved = moved_lines(&parsed);
     for a in parsed.assignments.iter().filter(|a| moved.contains(&a.line)) {
-        let after_blank = lines.get(a.end_line).is_none_or(|l| l.trim().is_empty());
+        // A conditional line goes with its `if…` and `endif`.
+        let (first, last) = lone_conditional(&parsed, a).unwrap_or((a.line, a.end_line));
+        let after_blank = lines.get(last).is_none_or(|l| l.trim().is_empty());
         let from = match a.comment_line {
-            Some(c) if after_blank => c,
-            _ => a.line,
+            Some(c) if after_blank && c <= first => c,
+            _ => first,
         };
-        drop[from - 1..a.end_line].iter_mut().for_each(|d| *d = true);
+        drop[from - 1..last].iter_mut().for_each(|d| *d = true);
         // The blank line that separated the paragraph goes with it.
         if from >= 2 && lines[from - 2].trim().is_empty() {
             drop[from - 2] = true;

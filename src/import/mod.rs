@@ -4,11 +4,13 @@
 
 mod adopt;
 mod locate;
+mod planned;
 mod scan;
 pub mod sync;
 mod write;
 
 pub use adopt::adopt;
 pub use locate::in_tree;
+pub use planned::{plan as plan_sync, Sides, SyncPlan};
 pub use scan::{central_resets, central_units, scan, scan_edited, section_units, ImportedUnit, Scan, Taken};
 pub use write::policy_toml;

@@ -237,7 +237,12 @@ pub fn sync(
         }
         // The last generation wrote it and the tree lost it, if the tree's history ever had it:
         // a snapshot copied with its policy from another tree claims lines this one never had.
-        if in_base(base, key, &policy.units[*u].vars, None) && base.known && history(key) {
+        // The memory may record the unit's state without its condition (a forced `ifndef` line reads
+        // `on` whatever the symbol): a policy that kept the state since then had the line written.
+        let written = in_base(base, key, &policy.units[*u].vars, None)
+            || !policy_moved(base, now, key, &policy.units[*u].vars)
+                && base.has(&unit_path(&key.0, key.1.as_deref()), key.3);
+        if written && base.known && history(key) {
             drop.push((key.clone(), *u));
         } else {
             refuse(

@@ -116,9 +116,15 @@ impl Ctx<'_> {
         }
     }
 
-    fn error(&mut self, code: Code, span: Option<Range<usize>>, message: String, hint: impl Into<String>) {
+    fn error(
+        &mut self,
+        code: Code,
+        span: Option<Range<usize>>,
+        message: String,
+        hint: impl Into<crate::diagnostic::Hint>,
+    ) {
         let loc = self.loc(span);
-        self.diags.push(Diagnostic::error(code, message).at(loc).hint(Into::<String>::into(hint)));
+        self.diags.push(Diagnostic::error(code, message).at(loc).hint(hint));
     }
 }
 

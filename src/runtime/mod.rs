@@ -41,16 +41,17 @@ const ARTIFACTS: &str = "sanpolicy";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     pub message: String,
-    pub hint: String,
+    /// How to fix it; its commands are rendered for the front end in use.
+    pub hint: crate::diagnostic::Hint,
 }
 
 impl From<build::Failure> for Failure {
     fn from(f: build::Failure) -> Failure {
-        Failure { message: f.message, hint: f.hint }
+        Failure { message: f.message, hint: f.hint.into() }
     }
 }
 
-fn fail(message: impl Into<String>, hint: impl Into<String>) -> Failure {
+fn fail(message: impl Into<String>, hint: impl Into<crate::diagnostic::Hint>) -> Failure {
     Failure { message: message.into(), hint: hint.into() }
 }
 
@@ -131,7 +132,7 @@ pub fn apply_policy(policy: &Policy, source: &Path) -> Result<Vec<PathBuf>, Fail
         let first = plan.diags.iter().find(|d| d.is_error()).map_or(String::new(), |d| d.message.clone());
         return Err(fail(
             format!("the policy cannot be written into `{}`: {first}", source.display()),
-            "run `sanpolicy check` on the policy and fix what it reports",
+            crate::hint!["run ", crate::diagnostic::Fix::Check, " on the policy and fix what it reports"],
         ));
     }
     crate::output::apply(&plan.changes).map_err(|e| {

@@ -65,8 +65,10 @@ pub struct Unheld {
     /// The object as the line names it (may hold `$(BITS)`); `None` for the directory.
     pub object: Option<String>,
     pub setting: Setting,
-    /// The reset the section writes for it, or why none can be exact.
+    /// The reset the section writes for it (never, when `dead`), or why none can be exact.
     pub reset: Result<Reset, String>,
+    /// A later line of the file sets the variable again: make never reads this one.
+    pub dead: bool,
 }
 
 /// The lines of `file` (a directory's own kbuild file, `text`) that `units` (the directory's
@@ -90,6 +92,12 @@ pub fn unheld(text: &str, file: &KbuildFile, units: &[&Unit], rules: &Rules) -> 
     for (i, d) in file.directives() {
         let a = &file.assignments[i];
         let Some((key, value)) = line_key(file, a, d, rules) else { continue };
+        // A line a later one overrides is dead (sync leaves it, naming it `set-twice`, for a
+        // person to delete or move): kept, so that a reset on disk written for it while it was
+        // live is not taken for the later line's, but never reset, since the section comes
+        // after the whole file and its reset would cancel the later line under this one's
+        // conditions.
+        let dead = crate::makefile::overridden_by(file, a).is_some();
         // A `:=` line of the section replaces the directory's value; a flag line's `+=` only
         // adds to it, so a flag line is held only by a line for the same variable.
         let replaces = matches!(d.mech.get().form, Form::Variable { .. });
@@ -103,6 +111,7 @@ pub fn unheld(text: &str, file: &KbuildFile, units: &[&Unit], rules: &Rules) -> 
             object: d.object.clone(),
             setting: value.setting,
             reset: reset_for(file, i, &fitting),
+            dead,
         });
     }
     out

@@ -7,7 +7,7 @@ use std::ops::Range;
 use toml_edit::TableLike;
 
 use super::{closest, quoted, reason, string, tables, unknown_keys, Ctx};
-use crate::diagnostic::{Code, CODES};
+use crate::diagnostic::{Code, Fix, CODES};
 use crate::mechanism::{Form, MechId};
 use crate::policy::{Acknowledgement, Layout, Policy, Setting};
 
@@ -85,11 +85,15 @@ fn parse_acknowledgement(cx: &mut Ctx, table: &dyn TableLike, span: Option<Range
                 None => format!("unknown code `{code}`"),
             };
             let hint = match closest(&code, &ackable) {
-                Some(c) => format!("did you mean `{c}`? findings that can be acknowledged: {}", quoted(&ackable)),
-                None => format!(
-                    "findings that can be acknowledged: {}; drift is fixed with `sanpolicy sync` or `sanpolicy gen-makefiles`",
-                    quoted(&ackable)
-                ),
+                Some(c) => {
+                    format!("did you mean `{c}`? findings that can be acknowledged: {}", quoted(&ackable)).into()
+                }
+                None => crate::hint![
+                    format!("findings that can be acknowledged: {}; drift is fixed with ", quoted(&ackable)),
+                    Fix::Sync,
+                    " or ",
+                    Fix::GenMakefiles
+                ],
             };
             cx.error(Code::UnknownKey, code_span, message, hint);
             return None;
