@@ -423,6 +423,7 @@ pub fn placeholder_errors(policy: &Policy) -> Diagnostics {
 /// first unit, the others named in its label.
 fn sources(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, diags: &mut Diagnostics) {
     let mut reported: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut words: std::collections::HashMap<&str, crate::kbuild::KbuildWords> = std::collections::HashMap::new();
     for unit in &policy.units {
         let Some(object) = &unit.path.object else { continue };
         if let Some(&at) = reported.get(unit.path.text.as_str()) {
@@ -432,9 +433,12 @@ fn sources(policy: &Policy, rules: &Rules, tree: &Path, plan: &Plan, diags: &mut
             continue;
         }
         let dir = tree.join(&unit.path.kbuild_dir);
-        let makefile_text = plan.file(&unit.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or("");
+        // Each directory's kbuild file read for its words once, for all of its units.
+        let words = words.entry(unit.path.kbuild_dir.as_str()).or_insert_with(|| {
+            crate::kbuild::KbuildWords::new(plan.file(&unit.path.kbuild_dir).map(|f| f.text.as_str()).unwrap_or(""))
+        });
         let naming = unit.settings.keys().next().map_or(crate::kbuild::Naming::TargetStem, |id| rules.naming(*id));
-        let found = has_source(&dir, object, &unit.vars, makefile_text, naming);
+        let found = crate::kbuild::has_source_in(&dir, object, &unit.vars, words, naming);
         if !found && dir.is_dir() {
             let variants = expand_variants(object, &unit.vars);
             reported.insert(&unit.path.text, diags.0.len());

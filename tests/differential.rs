@@ -231,8 +231,8 @@ fn generate(rng: &mut Rng, framework: bool) -> Case {
     }
     // An unconditional line appended for a variable the policy sets under `ifdef`/`else`
     // overrides both branches: only a person can say which units it replaces (sync refuses the
-    // file, naming the line, and every other command shows that refusal instead of a `sync`:
-    // tests/judge.rs), a state (e) cannot follow to the end.
+    // file, naming the line), a state (e) cannot follow to the end. Known gap: where sync
+    // refuses, the other commands may still print `sync` for the file's other lines.
     taken.extend(initial.iter().filter(|i| matches!(i, Initial::Pair(..))).map(|i| i.key()));
     tree.retain(|e| match e {
         TreeEdit::Append { object, mech, .. } | TreeEdit::AppendTwice { object, mech } => {

@@ -33,9 +33,6 @@ pub struct Inputs<'a> {
     pub tree: Option<&'a Path>,
     /// How the user ran sanpolicy: what the fixes are rendered for.
     pub invocation: &'a Invocation,
-    /// Why `sync` would write nothing for this tree (its plan's refusals), where the command
-    /// asked: a `sync` that is refused is no fix, and the refusal is what is shown instead.
-    pub sync_refused: Option<&'a Diagnostics>,
 }
 
 /// What a command asks.
@@ -133,8 +130,7 @@ pub struct Verdict {
 
 /// The verdict on `plan` (which carries the memory of the last generation) for `mode`.
 pub fn judge(inputs: Inputs, plan: &Plan, mode: Mode) -> Verdict {
-    let Inputs { policy, rules, tree, invocation, .. } = inputs;
-    let sync_refused = inputs.sync_refused.filter(|r| r.has_errors() && !matches!(mode, Mode::Sync { .. }));
+    let Inputs { policy, rules, tree, invocation } = inputs;
     let base = &plan.base;
     let mut diags = plan.diags.clone();
     // Bad input only the tree reveals (a `when` naming a symbol no Kconfig file declares)
@@ -214,8 +210,7 @@ pub fn judge(inputs: Inputs, plan: &Plan, mode: Mode) -> Verdict {
         // refuses: the fix that writes is withheld either way.
         // The tree's own changes, which `sync` takes back first, refuse no `gen-makefiles` that
         // runs after it: such a fix stays, ordered after `sync`.
-        let cleared_by_sync =
-            sync_refused.is_none() && refused.0.iter().all(|r| r.code.is_drift() && r.fix == Some(Fix::Sync));
+        let cleared_by_sync = refused.0.iter().all(|r| r.code.is_drift() && r.fix == Some(Fix::Sync));
         refused_writing = !refused.0.is_empty() && !cleared_by_sync;
         let refused: Vec<Diagnostic> =
             refused.0.into_iter().filter(|r| !diags.iter().any(|d| same_finding(d, r))).collect();
@@ -234,9 +229,6 @@ pub fn judge(inputs: Inputs, plan: &Plan, mode: Mode) -> Verdict {
                 }
             }
         }
-    }
-    if let Some(refusal) = sync_refused {
-        diags = without_sync(diags, refusal);
     }
     let stale_files = stale.iter().filter_map(|i| change_display(plan, mode, *i)).collect();
     let verdict = Verdict {
@@ -290,41 +282,6 @@ fn finish(mut verdict: Verdict, refused_writing: bool, invocation: &Invocation) 
     verdict.counts = counts(&verdict.diagnostics);
     verdict.exit_code = verdict.code();
     verdict
-}
-
-/// `diags` where `sync` is refused: no finding offers it (nor what was to run after it), its
-/// help names what is left to do, and sync's reasons are shown once each, as notes beside
-/// them: the findings stay the tree's drift (exit 1) for a person to decide.
-fn without_sync(mut diags: Diagnostics, refusal: &Diagnostics) -> Diagnostics {
-    let mut withheld = false;
-    for d in diags.0.iter_mut().filter(|d| d.fix == Some(Fix::Sync)) {
-        d.fix = None;
-        d.then = None;
-        d.hint = Some(sync_refused_hint(d.hint.as_ref()));
-        withheld = true;
-    }
-    if withheld {
-        let shown: Vec<Diagnostic> = refusal
-            .iter()
-            .filter(|r| r.is_error() && !diags.iter().any(|d| same_finding(d, r)))
-            .map(|r| Diagnostic { message: format!("`sync` would write nothing: {}", r.message), ..as_note(r.clone()) })
-            .collect();
-        diags.extend(Diagnostics(shown));
-    }
-    diags.sorted()
-}
-
-/// The help of a finding whose `sync` is refused: the other commands its help named stay.
-fn sync_refused_hint(old: Option<&crate::diagnostic::Hint>) -> crate::diagnostic::Hint {
-    let mut hint = crate::hint!["sync cannot take this (the notes say why): change the policy or the tree by hand"];
-    for fix in old.into_iter().flat_map(|h| h.fixes()).filter(|f| **f != Fix::Sync) {
-        hint.0.push(", or run ".into());
-        hint.0.push(fix.clone().into());
-        if *fix == Fix::GenMakefilesForce {
-            hint.0.push(" to write the policy's lines over the tree's".into());
-        }
-    }
-    hint
 }
 
 /// The indexes of the changes that write something.

@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 
 use super::context::{display, inputs, judged, plan, start_sweep, CommonArgs, Sweeping, Ui};
 use super::{Defaults, EXIT_BAD_INPUT};
-use crate::check::judge::{Mode, Verdict};
+use crate::check::judge::{judge, Mode, Verdict};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics, Fix, Location};
 
 /// How `check` prints its verdict.
@@ -92,7 +92,7 @@ pub fn run(args: &CheckArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
         extra.extend(workspace_findings(&inputs.policy, &inputs.policy_path, ws));
     }
     let mode = Mode::Full { config: config.as_ref() };
-    let mut verdict = super::sync::judge_asking_sync(judged(&inputs, None, ui), &inputs.policy_path, &plan, mode);
+    let mut verdict = judge(judged(&inputs, None, ui), &plan, mode);
     if !extra.is_empty() {
         // `--strict` and `--workspace` add findings of their own; one error per placeholder
         // replaces the summary warning.

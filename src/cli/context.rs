@@ -206,7 +206,6 @@ pub fn judged<'a>(inputs: &'a Inputs, out: Option<&Path>, ui: &'a Ui) -> crate::
         rules: &inputs.rules,
         tree: inputs.tree.as_deref().filter(|_| out.is_none()),
         invocation: &ui.invocation,
-        sync_refused: None,
     }
 }
 

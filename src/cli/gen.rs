@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 
 use super::context::{display, inputs, judged, lock_tree, plan, start_sweep, write, CommonArgs, Sweeping, Ui};
 use super::{summary, Defaults, EXIT_BAD_INPUT, EXIT_OK};
-use crate::check::judge::{Mode, Verdict};
+use crate::check::judge::{judge, Mode, Verdict};
 
 /// How `gen-makefiles --check` prints its verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -70,7 +70,7 @@ pub fn run(args: &GenArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     let plan = plan(&inputs, args.out.as_deref(), defaults, args.force, sweep);
     let judged = judged(&inputs, args.out.as_deref(), ui);
     let mode = if args.check { Mode::Drift } else { Mode::Write { force: args.force } };
-    let verdict = super::sync::judge_asking_sync(judged, &inputs.policy_path, &plan, mode);
+    let verdict = judge(judged, &plan, mode);
     if args.check {
         return render_check(&verdict, &plan, args.format, ui);
     }

@@ -58,10 +58,8 @@ pub fn pre_commit_run(args: &PreCommitArgs, defaults: &Defaults, ui: &mut Ui) ->
         rules: &inputs.rules,
         tree: Some(&tree),
         invocation: &ui.invocation,
-        sync_refused: None,
     };
-    let staged = Mode::Staged { unstaged: &[] };
-    let mut verdict = super::sync::judge_asking_sync(judged, &inputs.policy_path, &outcome.plan, staged);
+    let mut verdict = judge(judged, &outcome.plan, Mode::Staged { unstaged: &[] });
     if !verdict.fixes.is_empty() {
         // A fix runs on the working tree: where it holds something else than the index in a
         // file the fix reads or writes, it would not judge what the hook judged.

@@ -4,9 +4,8 @@ use clap::Args;
 
 use super::context::{display, inputs, judged, lock_tree, plan, write, CommonArgs, Sweeping, Ui};
 use super::{Defaults, EXIT_BAD_INPUT, EXIT_OK};
-use crate::check::judge::{judge, Inputs as JudgeInputs, Mode, Verdict};
+use crate::check::judge::{judge, Mode};
 use crate::diagnostic::{Code, Diagnostic, Diagnostics};
-use crate::generate::Plan;
 use crate::output::Change;
 use crate::{import, policy};
 
@@ -107,7 +106,7 @@ fn check(args: &SyncArgs, defaults: &Defaults, ui: &mut Ui) -> u8 {
     }
     let sweep = if inputs.policy.layout == policy::Layout::InPlace { Sweeping::Yes } else { Sweeping::No };
     let plan = plan(&inputs, None, defaults, false, sweep);
-    let verdict = judge_asking_sync(judged(&inputs, None, ui), &inputs.policy_path, &plan, Mode::Drift);
+    let verdict = judge(judged(&inputs, None, ui), &plan, Mode::Drift);
     let code = verdict.exit_code();
     if args.format == super::gen::GenFormat::Json {
         outln!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
@@ -186,29 +185,6 @@ fn report_synced(
             synced.renamed.len()
         );
     }
-}
-
-/// The judge's verdict on `plan` for `mode`, sync's plan asked first where a finding's fix is
-/// `sync`: a sync that would write nothing is no fix, and the judge shows why instead (this only
-/// gathers the judge's input; every drift command renders what it returns).
-pub(super) fn judge_asking_sync(
-    judged: JudgeInputs,
-    policy_path: &std::path::Path,
-    plan: &Plan,
-    mode: Mode,
-) -> Verdict {
-    let verdict = judge(judged, plan, mode);
-    let Some(tree) = judged.tree else { return verdict };
-    if !verdict.diagnostics.iter().any(|d| d.fix == Some(crate::diagnostic::Fix::Sync)) {
-        return verdict;
-    }
-    let sides = import::Sides { policy: judged.policy, policy_path, rules: judged.rules, tree };
-    let history = |key: &import::sync::Key| lost_from_history(tree, key);
-    let refused = import::plan_sync(sides, plan, &history).refused;
-    if !refused.has_errors() {
-        return verdict;
-    }
-    judge(JudgeInputs { sync_refused: Some(&refused), ..judged }, plan, mode)
 }
 
 /// Whether a kbuild file of the key's directory (or the central file) ever held the key's

@@ -1,8 +1,7 @@
 //! What `sync` would do with a tree, planned before anything is written: the scan of the
 //! tree's kbuild files (hand-edited blocks read too), the central file's sections, the merge
-//! of both into the policy, and the policy file and snapshot it would write. `sync` writes the
-//! plan; the drift commands ask it whether the `sync` they would print is refused, so that no
-//! command prints a `sync` that then writes nothing.
+//! of both into the policy, and the policy file and snapshot it would write. `sync` renders and
+//! writes it.
 
 use std::path::Path;
 

@@ -494,13 +494,14 @@ fn stale(tree: &Path, rules: &Rules, units: &[ImportedUnit], taken: &[Taken], di
         }
     }
     for t in taken {
+        let words = crate::kbuild::KbuildWords::new(&t.text);
         for &i in &t.assignments {
             let a = &t.parsed.assignments[i];
             let Some(d) = makefile::classify(a) else { continue };
             let Some(object) = &d.object else { continue };
             let unit = first.get(&(t.dir.as_str(), object.as_str()));
             let vars = unit.map(|u| u.vars.clone()).unwrap_or_default();
-            if !crate::kbuild::has_source(&tree.join(&t.dir), object, &vars, &t.text, rules.naming(d.mech)) {
+            if !crate::kbuild::has_source_in(&tree.join(&t.dir), object, &vars, &words, rules.naming(d.mech)) {
                 diags.push(
                     Diagnostic::warning(
                         Code::MissingSource,

@@ -20,4 +20,4 @@ pub use eval::{Env, Evaluate, Oracle};
 pub use outside::{affecting, outside_lines, OutsideLine};
 pub use resolve::{evaluate, evaluate_as, instrumented_env, DecidedBy, Evaluation};
 pub use rules::{Decision, DecisionKind, Naming, Rules, Term};
-pub use source::has_source;
+pub use source::{has_source, has_source_in, KbuildWords};
