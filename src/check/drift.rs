@@ -427,6 +427,15 @@ fn central_verdicts(plan: &Plan, rules: &Rules, base: &Base, now: &Base) -> Vec<
         // Parsed once, where a line needs it.
         let parsed = std::cell::OnceCell::new();
         for u in unheld {
+            if u.dead {
+                // Never read (the set-twice warning says so): not the policy's, not sync's. A
+                // reset on disk written for it while it was live is its own, not a later line's.
+                if let Ok(r) = &u.reset {
+                    take_one(written.get_mut(dir.as_str()), &r.key());
+                }
+                out.push(Verdict::InSync);
+                continue;
+            }
             let loc = lines.line(&file.path, before, u.line);
             let path = path_of(dir, u.object.as_deref());
             let mech = u.mech;
@@ -453,15 +462,6 @@ fn central_verdicts(plan: &Plan, rules: &Rules, base: &Base, now: &Base) -> Vec<
                 .fixed_by(Fix::Sync)
             };
             let take_it = hint!["run ", Fix::Sync, " to take it into the policy (the central file then repeats it)"];
-            if u.dead {
-                // Never read (the set-twice warning says so): not the policy's, not sync's. A
-                // reset on disk written for it while it was live is its own, not a later line's.
-                if let Ok(r) = &u.reset {
-                    take_one(written.get_mut(dir.as_str()), &r.key());
-                }
-                out.push(Verdict::InSync);
-                continue;
-            }
             out.push(match &u.reset {
                 Ok(r) if take_one(written.get_mut(dir.as_str()), &r.key()) => Verdict::InSync,
                 Ok(_) if policy_moved => Verdict::Finding(

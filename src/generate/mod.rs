@@ -948,7 +948,7 @@ pub fn moved_lines(parsed: &makefile::KbuildFile) -> BTreeSet<usize> {
             // the same with either.
             let last = parsed.assignments.iter().filter(|b| b.in_block && b.name == name).max_by_key(|b| b.line);
             if lone_conditional(parsed, a).is_some()
-                && last.is_some_and(|b| same_condition(a, b) && b.value.trim() == a.value.trim())
+                && last.is_some_and(|b| b.when_keys() == a.when_keys() && b.value.trim() == a.value.trim())
             {
                 out.insert(a.line);
             }
@@ -959,7 +959,7 @@ pub fn moved_lines(parsed: &makefile::KbuildFile) -> BTreeSet<usize> {
 
 /// Where `a` sits alone in an `if…`/`endif` of its own (no `else`, no other assignment in it,
 /// not nested), a plain assignment: the `if…` line and the `endif` line.
-pub fn lone_conditional(parsed: &makefile::KbuildFile, a: &makefile::Assignment) -> Option<(usize, usize)> {
+fn lone_conditional(parsed: &makefile::KbuildFile, a: &makefile::Assignment) -> Option<(usize, usize)> {
     let [frame] = &a.frames[..] else { return None };
     let simple = !frame.in_else && !a.continued && a.modifiers.is_empty();
     let simple = simple && matches!(a.op, makefile::Op::Simple | makefile::Op::Recursive);
@@ -968,14 +968,6 @@ pub fn lone_conditional(parsed: &makefile::KbuildFile, a: &makefile::Assignment)
     let alone =
         parsed.assignments.iter().filter(|o| o.frames.first().is_some_and(|f| f.line == frame.line)).count() == 1;
     (simple && !has_else && alone).then_some((frame.line, branch.close_line))
-}
-
-/// Whether `a` and `b` are each under one condition, the same one however spelled.
-fn same_condition(a: &makefile::Assignment, b: &makefile::Assignment) -> bool {
-    match (&a.frames[..], &b.frames[..]) {
-        ([x], [y]) => !x.in_else && !y.in_else && x.condition.canonical().text == y.condition.canonical().text,
-        _ => false,
-    }
 }
 
 /// Block layout: `new` without the hand-written lines the generated block now says exactly
